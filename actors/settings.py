@@ -1,0 +1,1 @@
+"""Config sections declared by actor modules (none yet beyond [scheduler])."""

@@ -1,0 +1,1 @@
+"""Talking to the chain: the ``ChainClient`` interface, its implementations, errors, events."""

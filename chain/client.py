@@ -1,0 +1,42 @@
+"""The ``ChainClient`` interface: everything the sidecar asks of the chain.
+
+The seed's five operations (provider withdrawable, withdraw by provider with
+a cursor key, active leases by provider, credit account, close leases), plus
+the two reads leasewarden adds: the chain's ``CreditEstimate`` and the
+node's sync status. Implementations: ``chain.model_client.ModelChainClient``
+(in-process billing model) and the cosmpy client over gRPC.
+
+Every method blocks until the chain answers and raises ``ChainError`` on
+failure; the chain actor calls them off its own thread.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
+from messages.coins import Coin
+
+__all__ = ["ChainClient"]
+
+
+class ChainClient(Protocol):
+    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]: ...
+
+    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
+        """One provider-wide ``MsgWithdraw`` page starting after ``key``, once included."""
+        ...
+
+    def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
+        """All the provider's ACTIVE leases (every page)."""
+        ...
+
+    def credit_account(self, tenant: str) -> CreditAccount: ...
+
+    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
+        """Close 1..100 leases in one ``MsgCloseLease``; all or nothing."""
+        ...
+
+    def credit_estimate(self, tenant: str) -> CreditEstimate: ...
+
+    def node_status(self) -> NodeStatus: ...

@@ -1,0 +1,105 @@
+"""``ChainClient`` on the in-process ``BillingModel``: the embedded chain.
+
+Calls go straight into the model as the provider's account would send them,
+through the fault plan first, so tests can make any call fail, stall, lag or
+answer stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any, Callable, Sequence
+
+from chain.faults import Faults
+from chain.model import MAX_BATCH_LEASE_SIZE, BillingModel
+from chain.errors import ChainError, INVALID_REQUEST
+from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
+from messages.coins import Coin
+
+__all__ = ["ModelChainClient"]
+
+
+class ModelChainClient:
+    def __init__(
+        self,
+        model: BillingModel,
+        provider_uuid: str,
+        sender: str,
+        faults: Faults | None = None,
+        withdraw_limit: int = 50,
+    ) -> None:
+        self.model = model
+        self.provider_uuid = provider_uuid
+        self.sender = sender
+        self.faults = faults or Faults()
+        self.withdraw_limit = withdraw_limit
+        self._last: dict[tuple[str, Any], Any] = {}
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+
+    def _call(self, operation: str, subject: Any, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            self.calls[operation] = self.calls.get(operation, 0) + 1
+        stale = self.faults.before(operation, subject if isinstance(subject, str) else "")
+        key = (operation, subject)
+        if stale and key in self._last:
+            return self._last[key]
+        value = fn()
+        self._last[key] = value
+        return value
+
+    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]:
+        return self._call(
+            "provider_withdrawable", provider_uuid, lambda: self.model.provider_withdrawable(provider_uuid)[0]
+        )
+
+    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
+        def send() -> WithdrawPage:
+            r = self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key)
+            tx = hashlib.sha256(repr((provider_uuid, key, self.model.height)).encode()).hexdigest().upper()
+            return WithdrawPage(
+                tx_hash=tx,
+                total_amounts=r.total_amounts,
+                withdrawal_count=r.withdrawal_count,
+                has_more=r.has_more,
+                next_key=r.next_key,
+                payout_address=r.payout_address,
+            )
+
+        return self._call("withdraw_by_provider", (provider_uuid, key), send)
+
+    def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
+        return self._call(
+            "active_leases_by_provider", provider_uuid, lambda: self.model.active_leases_by_provider(provider_uuid)
+        )
+
+    def credit_account(self, tenant: str) -> CreditAccount:
+        return self._call("credit_account", tenant, lambda: self.model.credit_account(tenant))
+
+    def credit_estimate(self, tenant: str) -> CreditEstimate:
+        return self._call("credit_estimate", tenant, lambda: self.model.credit_estimate(tenant))
+
+    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
+        if len(lease_uuids) > MAX_BATCH_LEASE_SIZE:
+            raise ChainError.billing(INVALID_REQUEST, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
+
+        def send() -> CloseOutcome:
+            r = self.model.close_leases(self.sender, list(lease_uuids), reason)
+            tx = hashlib.sha256(repr((tuple(lease_uuids), self.model.height)).encode()).hexdigest().upper()
+            return CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx,))
+
+        return self._call("close_leases", tuple(lease_uuids), send)
+
+    def node_status(self) -> NodeStatus:
+        def status() -> NodeStatus:
+            return NodeStatus(
+                latest_block_height=self.model.height,
+                latest_block_time=self.model.clock.now(),
+                catching_up=self.faults.catching_up,
+            )
+
+        return self._call("node_status", "", status)
+
+    def close(self) -> None:
+        self.faults.close()

@@ -1,0 +1,18 @@
+"""Typed messages: every value that crosses an actor boundary.
+
+Importing this package registers every message type with the codec, so
+``messages.codec.registry()`` is complete once ``messages`` is imported.
+"""
+
+from messages import chain, chain_actor, coins, credit, lease_events, ledger, scheduler  # noqa: F401
+from messages.codec import (  # noqa: F401
+    CodecError,
+    NewerSchemaVersion,
+    UnknownMessageType,
+    decode,
+    encode,
+    message,
+    registry,
+    to_plain,
+)
+from messages.coins import Coin  # noqa: F401

@@ -1,0 +1,127 @@
+"""What the chain answers, as typed values that can cross actor boundaries.
+
+These mirror the ``liftedinit.billing.v1`` types the sidecar reads (see
+CHAIN.md), reduced to the fields its decisions use. Every chain answer that
+reaches an actor is one of these, so a capture holds exactly what the
+sidecar saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from messages.codec import message
+from messages.coins import Coin
+
+__all__ = [
+    "LeaseItem",
+    "Lease",
+    "CreditAccount",
+    "CreditEstimate",
+    "WithdrawPage",
+    "CloseOutcome",
+    "NodeStatus",
+    "ChainFailure",
+    "LEASE_STATES",
+]
+
+#: liftedinit.billing.v1.LeaseState, by value.
+LEASE_STATES = ("UNSPECIFIED", "PENDING", "ACTIVE", "CLOSED", "REJECTED", "EXPIRED")
+
+
+@message("lease_item")
+@dataclass(frozen=True, slots=True)
+class LeaseItem:
+    sku_uuid: str
+    quantity: int
+    #: Price per second per unit.
+    locked_price: Coin
+
+
+@message("lease")
+@dataclass(frozen=True, slots=True)
+class Lease:
+    uuid: str
+    tenant: str
+    provider_uuid: str
+    items: tuple[LeaseItem, ...]
+    state: str = "ACTIVE"
+    created_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+    last_settled_at: datetime | None = None
+    closed_at: datetime | None = None
+    closure_reason: str = ""
+
+    def rate_per_second(self) -> dict[str, int]:
+        """What the lease accrues each whole second, per denom."""
+        rate: dict[str, int] = {}
+        for item in self.items:
+            d = item.locked_price.denom
+            rate[d] = rate.get(d, 0) + item.locked_price.amount * item.quantity
+        return rate
+
+
+@message("credit_account")
+@dataclass(frozen=True, slots=True)
+class CreditAccount:
+    tenant: str
+    balances: tuple[Coin, ...]
+    active_lease_count: int = 0
+    pending_lease_count: int = 0
+
+
+@message("credit_estimate")
+@dataclass(frozen=True, slots=True)
+class CreditEstimate:
+    """The chain's own view: includes unsettled accrual of every provider's leases."""
+
+    tenant: str
+    current_balance: tuple[Coin, ...]
+    total_rate_per_second: tuple[Coin, ...]
+    estimated_duration_seconds: int
+    active_lease_count: int = 0
+
+
+@message("withdraw_page")
+@dataclass(frozen=True, slots=True)
+class WithdrawPage:
+    """One provider-wide ``MsgWithdraw`` as included on chain."""
+
+    tx_hash: str
+    total_amounts: tuple[Coin, ...]
+    withdrawal_count: int
+    has_more: bool
+    next_key: bytes
+    payout_address: str = ""
+
+
+@message("close_outcome")
+@dataclass(frozen=True, slots=True)
+class CloseOutcome:
+    closed_count: int
+    tx_hashes: tuple[str, ...]
+
+
+@message("node_status")
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    latest_block_height: int
+    latest_block_time: datetime
+    catching_up: bool
+
+
+@message("chain_failure")
+@dataclass(frozen=True, slots=True)
+class ChainFailure:
+    """A chain call that did not succeed, as data (see ``chain.errors``)."""
+
+    operation: str
+    message: str
+    codespace: str = ""
+    code: int = 0
+    #: Worth retrying: a timeout, an unavailable node, a sequence race.
+    transient: bool = False
+    #: The call may have been applied on chain even though it failed here
+    #: (e.g. broadcast succeeded, inclusion timed out). Never re-drive it.
+    may_have_committed: bool = False

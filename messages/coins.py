@@ -1,0 +1,81 @@
+"""Coins: an integer amount of one denom, and the multi-denom lists the chain uses.
+
+Amounts are Python ints (a Cosmos ``Int`` is 256-bit and never a float). A
+coin list is a tuple of ``Coin`` sorted by denom with no zero amounts and no
+denom twice, so two lists that mean the same amount compare equal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from messages.codec import message
+
+__all__ = ["Coin", "coins", "coins_to_dict", "add_coins", "format_coins", "parse_coins"]
+
+#: Cosmos SDK denom syntax: a letter, then 2..127 of letters, digits, / : . _ -
+_DENOM = re.compile(r"^[a-zA-Z][a-zA-Z0-9/:._-]{2,127}$")
+
+
+@message("coin")
+@dataclass(frozen=True, slots=True)
+class Coin:
+    denom: str
+    amount: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.amount, int) or isinstance(self.amount, bool):
+            raise TypeError(f"coin amount must be an int, got {type(self.amount).__name__}")
+        if not _DENOM.match(self.denom):
+            raise ValueError(f"invalid denom {self.denom!r}")
+
+
+def coins(amounts: Mapping[str, int] | Iterable[Coin]) -> tuple[Coin, ...]:
+    """The canonical coin list for ``amounts`` (a denom -> int mapping or coins)."""
+    if isinstance(amounts, Mapping):
+        total = dict(amounts)
+    else:
+        total = {}
+        for c in amounts:
+            total[c.denom] = total.get(c.denom, 0) + c.amount
+    return tuple(Coin(d, a) for d, a in sorted(total.items()) if a != 0)
+
+
+def coins_to_dict(values: Iterable[Coin]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in values:
+        out[c.denom] = out.get(c.denom, 0) + c.amount
+    return out
+
+
+def add_coins(*lists: Iterable[Coin]) -> tuple[Coin, ...]:
+    total: dict[str, int] = {}
+    for values in lists:
+        for c in values:
+            total[c.denom] = total.get(c.denom, 0) + c.amount
+    return coins(total)
+
+
+def format_coins(values: Iterable[Coin]) -> str:
+    """Cosmos text form, ``12umfx,3upwr``; ``0`` for an empty list."""
+    text = ",".join(f"{c.amount}{c.denom}" for c in values)
+    return text or "0"
+
+
+_COIN_TEXT = re.compile(r"^(-?\d+)([a-zA-Z][a-zA-Z0-9/:._-]{2,127})$")
+
+
+def parse_coins(text: str) -> tuple[Coin, ...]:
+    """Parse the Cosmos text form (``12umfx,3upwr``). Raises ValueError naming the bad part."""
+    text = text.strip()
+    if text in ("", "0"):
+        return ()
+    parts = []
+    for part in text.split(","):
+        m = _COIN_TEXT.match(part.strip())
+        if not m:
+            raise ValueError(f"not a coin amount: {part!r} (expected e.g. 12umfx)")
+        parts.append(Coin(m.group(2), int(m.group(1))))
+    return coins(parts)

@@ -1,0 +1,113 @@
+"""Messages a ``CreditMonitorActor`` (one per tenant) receives and sends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from messages.chain import ChainFailure, CreditAccount, CreditEstimate, Lease
+from messages.codec import message
+from messages.coins import Coin
+
+__all__ = [
+    "LeasesSynced",
+    "LeaseOpened",
+    "LeaseGone",
+    "CreditRead",
+    "CreditReadFailed",
+    "CloseRequested",
+    "LeasesClosed",
+    "CloseFailed",
+]
+
+
+@message("leases_synced")
+@dataclass(frozen=True, slots=True)
+class LeasesSynced:
+    """The tenant's complete set of our active leases, read from the chain."""
+
+    leases: tuple[Lease, ...]
+
+
+@message("lease_opened")
+@dataclass(frozen=True, slots=True)
+class LeaseOpened:
+    lease: Lease
+
+
+@message("lease_gone")
+@dataclass(frozen=True, slots=True)
+class LeaseGone:
+    lease_uuid: str
+    #: Which event removed it: closed, expired, auto_closed.
+    reason: str
+
+
+@message("credit_read")
+@dataclass(frozen=True, slots=True)
+class CreditRead:
+    cycle: int
+    account: CreditAccount
+    #: The chain's CreditEstimate where the query answered; None otherwise.
+    estimate: CreditEstimate | None = None
+
+
+@message("credit_read_failed")
+@dataclass(frozen=True, slots=True)
+class CreditReadFailed:
+    cycle: int
+    error: ChainFailure
+
+
+@message("close_requested")
+@dataclass(frozen=True, slots=True)
+class CloseRequested:
+    cycle: int
+    tenant: str
+    lease_uuids: tuple[str, ...]
+    reason: str
+
+
+@message("leases_closed")
+@dataclass(frozen=True, slots=True)
+class LeasesClosed:
+    tenant: str
+    lease_uuids: tuple[str, ...]
+    reason: str
+    tx_hashes: tuple[str, ...] = ()
+    #: True for leases found already closed on chain (dropped from a batch).
+    already_closed: bool = False
+
+
+@message("close_failed")
+@dataclass(frozen=True, slots=True)
+class CloseFailed:
+    tenant: str
+    lease_uuids: tuple[str, ...]
+    error: ChainFailure
+    #: When the tenant should try again (a syncing node asks for a wait).
+    retry_at: datetime | None = None
+
+
+@message("tenant_snapshot")
+@dataclass(frozen=True, slots=True)
+class TenantSnapshot:
+    """What a tenant actor has learned, persisted so that a restart loses nothing.
+
+    Restored into a new ``CreditMonitorActor`` at start: the burn-rate
+    baseline, the error streak, the zero-balance grace window (its start is
+    kept, so a restart never restarts the window) and pending closures.
+    """
+
+    tenant: str
+    lease_uuids: tuple[str, ...] = ()
+    last_balances: tuple[Coin, ...] | None = None
+    last_sample_at: datetime | None = None
+    consecutive_errs: int = 0
+    zero_since: datetime | None = None
+    depletion_at: datetime | None = None
+    recheck_at: datetime | None = None
+    closing: tuple[str, ...] = ()
+
+
+__all__ += ["TenantSnapshot"]

@@ -1,0 +1,132 @@
+"""Messages the ``SchedulerActor`` receives.
+
+The scheduler owns the cycle: withdraw, read the provider's active leases,
+have every tenant checked, flush the closures, then sleep until the next wake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from messages.chain import ChainFailure, Lease
+from messages.codec import message
+from messages.coins import Coin
+from messages.lease_events import LeaseEvent
+
+__all__ = [
+    "Wake",
+    "TriggerWithdraw",
+    "RunCycle",
+    "WithdrawFinished",
+    "ActiveLeasesRead",
+    "TenantChecked",
+    "TenantIdle",
+    "ClosuresFlushed",
+    "LeaseEventReceived",
+    "WAKE_REASONS",
+]
+
+#: Why the scheduler's timer fired; the reason decides whether the cycle pays
+#: for a withdrawal (see ``actors.schedule``).
+WAKE_REASONS = ("interval", "depletion", "recheck", "deadline")
+
+
+@message("wake")
+@dataclass(frozen=True, slots=True)
+class Wake:
+    reason: str
+    #: The wake this timer was set for; a wake superseded by a newer timer is
+    #: ignored rather than running a second cycle.
+    token: int = 0
+
+
+@message("trigger_withdraw")
+@dataclass(frozen=True, slots=True)
+class TriggerWithdraw:
+    """Run a withdraw cycle now, bypassing the withdraw rate limit."""
+
+    source: str = "operator"
+
+
+@message("run_cycle")
+@dataclass(frozen=True, slots=True)
+class RunCycle:
+    """``withdraw_once()``: one full cycle before ``start()``."""
+
+    withdraw: bool = True
+
+
+@message("withdraw_finished")
+@dataclass(frozen=True, slots=True)
+class WithdrawFinished:
+    cycle: int
+    pages: int
+    total_amounts: tuple[Coin, ...]
+    withdrawal_count: int
+    tx_hashes: tuple[str, ...]
+    #: ``max_withdraw_iterations`` pages were done and the cursor was not empty.
+    hit_page_bound: bool = False
+    error: ChainFailure | None = None
+
+
+@message("active_leases_read")
+@dataclass(frozen=True, slots=True)
+class ActiveLeasesRead:
+    cycle: int
+    leases: tuple[Lease, ...] = ()
+    error: ChainFailure | None = None
+
+
+@message("tenant_checked")
+@dataclass(frozen=True, slots=True)
+class TenantChecked:
+    """A tenant actor's verdict for one cycle."""
+
+    cycle: int
+    tenant: str
+    #: Earliest estimated depletion; None where no estimate could be made.
+    depletion_at: datetime | None = None
+    #: Early re-check this tenant asks for (read errors, zero-balance grace).
+    recheck_at: datetime | None = None
+    #: Leases this tenant asked the chain actor to close in this cycle.
+    closing: tuple[str, ...] = ()
+    #: One readable line saying what was decided and why.
+    note: str = ""
+
+
+@message("tenant_idle")
+@dataclass(frozen=True, slots=True)
+class TenantIdle:
+    """A tenant actor has no lease left and can be stopped."""
+
+    tenant: str
+
+
+@message("closures_flushed")
+@dataclass(frozen=True, slots=True)
+class ClosuresFlushed:
+    cycle: int
+    closed: tuple[str, ...] = ()
+    #: Leases that were already closed on chain and were dropped from a batch.
+    already_closed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    tx_hashes: tuple[str, ...] = ()
+    error: ChainFailure | None = None
+
+
+@message("lease_event_received")
+@dataclass(frozen=True, slots=True)
+class LeaseEventReceived:
+    event: LeaseEvent
+
+
+@message("reconcile")
+@dataclass(frozen=True, slots=True)
+class Reconcile:
+    """Re-read the provider's active leases now (after a websocket gap, at start)."""
+
+    source: str = "listener"
+
+
+__all__ += ["Reconcile"]

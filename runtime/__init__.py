@@ -1,0 +1,1 @@
+"""The actor runtime: the injected clock, pooled pykka actors, addresses."""

@@ -1,0 +1,320 @@
+"""Pooled pykka actors: many actors, each with its own mailbox, on a few threads.
+
+pykka's ``ThreadingActor`` gives every actor a thread. At 10,000 tenants that
+costs seconds to start and hundreds of MB, and most of those threads sleep.
+``PooledActor`` keeps pykka's actor model (``ActorRef``, ``tell``/``ask``,
+proxies, ``on_start``/``on_stop``, one message at a time per actor, the
+registry) and replaces only the loop: an actor whose mailbox has mail is
+*runnable*, and a ``Dispatcher`` runs runnable actors on a fixed set of
+threads, at most ``throughput`` messages at a time each, so a busy actor
+cannot starve the rest.
+
+Two dispatchers:
+
+- ``ThreadedDispatcher``: worker threads, for running the sidecar;
+- ``ManualDispatcher``: no threads; ``run_until_idle()`` delivers every
+  pending message in the caller's thread, in a deterministic order. Tests
+  and replay use it, so no test depends on thread timing.
+
+Every delivery goes through the dispatcher, which is where capture taps in:
+it numbers each delivered message and knows who sent it (the actor handling
+a message when it called ``tell``, or the name given to ``sending_as``).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import queue
+import sys
+import threading
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Callable, Iterator, Protocol
+
+import pykka
+from pykka import ActorDeadError, messages as pykka_messages
+from pykka._envelope import Envelope  # the envelope type ActorRef.tell puts in inboxes
+
+__all__ = [
+    "Delivery",
+    "DeliveryTap",
+    "Dispatcher",
+    "ThreadedDispatcher",
+    "ManualDispatcher",
+    "PooledActor",
+    "sending_as",
+    "current_sender",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Sender name for messages sent from outside any actor and outside ``sending_as``.
+EXTERNAL = "external"
+
+
+class _Context(threading.local):
+    sender: str = EXTERNAL
+    cause: int = 0
+
+
+_context = _Context()
+
+
+@contextmanager
+def sending_as(name: str, cause: int = 0) -> Iterator[None]:
+    """Messages told inside this block are captured as sent by ``name``.
+
+    Timers use ``clock``, the chain I/O executor uses ``chain-io``.
+    """
+    prev = (_context.sender, _context.cause)
+    _context.sender, _context.cause = name, cause
+    try:
+        yield
+    finally:
+        _context.sender, _context.cause = prev
+
+
+def current_sender() -> tuple[str, int]:
+    return _context.sender, _context.cause
+
+
+class Delivery:
+    """One message as it is handed to its actor: what a capture records."""
+
+    __slots__ = ("seq", "at", "sender", "recipient", "cause", "message")
+
+    def __init__(
+        self, seq: int, at: datetime, sender: str, recipient: str, cause: int, message: Any
+    ) -> None:
+        self.seq = seq
+        self.at = at
+        self.sender = sender
+        self.recipient = recipient
+        self.cause = cause
+        self.message = message
+
+
+class DeliveryTap(Protocol):
+    def __call__(self, delivery: Delivery) -> None: ...
+
+
+class _Mailbox:
+    """An actor's inbox that makes its actor runnable on the dispatcher."""
+
+    __slots__ = ("actor", "dispatcher", "_mail", "_lock", "_scheduled", "_started")
+
+    def __init__(self, actor: "PooledActor", dispatcher: "Dispatcher") -> None:
+        self.actor = actor
+        self.dispatcher = dispatcher
+        self._mail: collections.deque[tuple[Envelope[Any], str, int]] = collections.deque()
+        self._lock = threading.Lock()
+        # Runnable from birth: its first run is on_start().
+        self._scheduled = True
+        self._started = False
+
+    # pykka's ActorInbox protocol --------------------------------------------
+    def put(self, envelope: Envelope[Any], /) -> None:
+        sender, cause = _context.sender, _context.cause
+        with self._lock:
+            self._mail.append((envelope, sender, cause))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.dispatcher._runnable(self)
+
+    def get(self) -> Envelope[Any]:
+        with self._lock:
+            return self._mail.popleft()[0]
+
+    def empty(self) -> bool:
+        with self._lock:
+            return not self._mail
+
+    # dispatcher side ----------------------------------------------------------
+    def run(self, throughput: int) -> None:
+        actor = self.actor
+        if not self._started:
+            self._started = True
+            actor._actor_loop_setup()
+        for _ in range(throughput):
+            if actor.actor_stopped.is_set():
+                actor._actor_loop_teardown()
+                with self._lock:
+                    self._scheduled = False
+                return
+            with self._lock:
+                if not self._mail:
+                    self._scheduled = False
+                    return
+                envelope, sender, cause = self._mail.popleft()
+            self.dispatcher._deliver(actor, envelope, sender, cause)
+        if actor.actor_stopped.is_set():
+            actor._actor_loop_teardown()
+        with self._lock:
+            if not self._mail or actor.actor_stopped.is_set():
+                self._scheduled = False
+                return
+        self.dispatcher._runnable(self)
+
+
+class Dispatcher:
+    """Runs pooled actors. Subclasses decide on which thread."""
+
+    def __init__(
+        self,
+        clock_now: Callable[[], datetime],
+        throughput: int = 64,
+        tap: DeliveryTap | None = None,
+    ) -> None:
+        self.clock_now = clock_now
+        self.throughput = throughput
+        self.tap = tap
+        self._seq = itertools.count(1)
+        self.delivered = 0
+
+    def _runnable(self, mailbox: _Mailbox) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, actor: "PooledActor", envelope: Envelope[Any], sender: str, cause: int) -> None:
+        """Hand one message to its actor, with pykka's error semantics."""
+        message = envelope.message
+        seq = next(self._seq)
+        self.delivered += 1
+        tap = self.tap
+        if tap is not None and not isinstance(message, pykka_messages._ActorStop):
+            tap(Delivery(seq, self.clock_now(), sender, actor.address, cause, message))
+        prev = (_context.sender, _context.cause)
+        _context.sender, _context.cause = actor.address, seq
+        try:
+            response = actor._handle_receive(message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception:
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+            else:
+                actor._handle_failure(*sys.exc_info())
+                try:
+                    actor.on_failure(*sys.exc_info())
+                except Exception:
+                    actor._handle_failure(*sys.exc_info())
+        except BaseException:
+            logger.debug("%r in %s: stopping all actors", sys.exc_info()[1], actor)
+            actor._stop()
+            pykka.ActorRegistry.stop_all(block=False)
+        finally:
+            _context.sender, _context.cause = prev
+
+    def wait(self, future: pykka.Future[Any], timeout: float | None = None) -> Any:
+        """The future's value, letting this dispatcher make progress meanwhile."""
+        return future.get(timeout=timeout)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class ThreadedDispatcher(Dispatcher):
+    """A fixed pool of worker threads shared by every pooled actor."""
+
+    def __init__(
+        self,
+        clock_now: Callable[[], datetime],
+        workers: int = 2,
+        throughput: int = 64,
+        tap: DeliveryTap | None = None,
+    ) -> None:
+        super().__init__(clock_now, throughput, tap)
+        self._queue: queue.SimpleQueue[_Mailbox | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"dispatcher-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _runnable(self, mailbox: _Mailbox) -> None:
+        self._queue.put(mailbox)
+
+    def _work(self) -> None:
+        while True:
+            mailbox = self._queue.get()
+            if mailbox is None:
+                return
+            try:
+                mailbox.run(self.throughput)
+            except Exception:  # the loop itself must survive anything
+                logger.exception("dispatcher worker caught an error")
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+
+
+class ManualDispatcher(Dispatcher):
+    """No threads: ``run_until_idle()`` delivers all pending mail, deterministically."""
+
+    def __init__(
+        self,
+        clock_now: Callable[[], datetime],
+        throughput: int = 64,
+        tap: DeliveryTap | None = None,
+    ) -> None:
+        super().__init__(clock_now, throughput, tap)
+        self._runq: collections.deque[_Mailbox] = collections.deque()
+        self._lock = threading.Lock()
+
+    def _runnable(self, mailbox: _Mailbox) -> None:
+        with self._lock:
+            self._runq.append(mailbox)
+
+    def run_until_idle(self, max_messages: int = 10_000_000) -> int:
+        """Deliver until no actor has mail. Returns how many messages were delivered."""
+        start = self.delivered
+        while self.delivered - start < max_messages:
+            with self._lock:
+                if not self._runq:
+                    break
+                mailbox = self._runq.popleft()
+            mailbox.run(self.throughput)
+        return self.delivered - start
+
+    def wait(self, future: pykka.Future[Any], timeout: float | None = None) -> Any:
+        self.run_until_idle()
+        return future.get(timeout=0)
+
+
+class PooledActor(pykka.Actor):
+    """A pykka actor run by a ``Dispatcher`` instead of a thread of its own.
+
+    ``address`` names the actor in captures and in the ``Router``.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, address: str) -> None:
+        self.dispatcher = dispatcher
+        self.address = address
+        super().__init__()
+
+    def _create_actor_inbox(self) -> _Mailbox:  # type: ignore[override]
+        return _Mailbox(self, self.dispatcher)
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return pykka.ThreadingFuture()
+
+    def _start_actor_loop(self) -> None:
+        self.dispatcher._runnable(self.actor_inbox)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.__class__.__name__}({self.address})"
+
+
+def dead_letter(address: str, message: Any) -> None:
+    logger.debug("dropped %s for %s: no such actor", type(message).__name__, address)
+
+
+__all__.append("ActorDeadError")

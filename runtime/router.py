@@ -1,0 +1,77 @@
+"""Addresses for actors: ``scheduler``, ``chain``, ``tenant/<address>``, ...
+
+Actors send to an address, not to a ref, so that a tenant actor can be
+stopped and started again without its peers holding a dead ref, and so that
+captures name senders and recipients the way an operator would.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+import pykka
+
+from runtime.clock import Clock, TimerHandle
+from runtime.dispatch import sending_as
+
+__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "LISTENER", "LEDGER"]
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER = "scheduler"
+CHAIN = "chain"
+LISTENER = "listener"
+LEDGER = "ledger"
+
+
+def tenant_address(tenant: str) -> str:
+    return f"tenant/{tenant}"
+
+
+class Router:
+    """Address -> actor ref. Mail for an address with no actor is counted and dropped."""
+
+    def __init__(self) -> None:
+        self._refs: dict[str, pykka.ActorRef[Any]] = {}
+        self._lock = threading.Lock()
+        self.dead_letters = 0
+
+    def add(self, address: str, ref: pykka.ActorRef[Any]) -> None:
+        with self._lock:
+            self._refs[address] = ref
+
+    def remove(self, address: str) -> pykka.ActorRef[Any] | None:
+        with self._lock:
+            return self._refs.pop(address, None)
+
+    def get(self, address: str) -> pykka.ActorRef[Any] | None:
+        return self._refs.get(address)
+
+    def addresses(self) -> list[str]:
+        with self._lock:
+            return list(self._refs)
+
+    def tell(self, address: str, message: Any) -> bool:
+        ref = self._refs.get(address)
+        if ref is None:
+            self.dead_letters += 1
+            logger.debug("no actor at %s for %s", address, type(message).__name__)
+            return False
+        try:
+            ref.tell(message)
+        except pykka.ActorDeadError:
+            self.dead_letters += 1
+            return False
+        return True
+
+    def tell_at(self, clock: Clock, when: datetime, address: str, message: Any) -> TimerHandle:
+        """Deliver ``message`` to ``address`` when the clock reaches ``when``."""
+
+        def fire() -> None:
+            with sending_as("clock"):
+                self.tell(address, message)
+
+        return clock.call_at(when, fire)

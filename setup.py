@@ -1,0 +1,5 @@
+# Present only so that older pip versions can do an editable install; all
+# metadata lives in setup.cfg.
+from setuptools import setup
+
+setup()

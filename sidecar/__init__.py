@@ -1,0 +1,1 @@
+"""Wiring: configuration, building the actor system, the demo world, the CLI's pieces."""
