@@ -1,34 +1,67 @@
-"""Messages the ``ChainActor`` receives: requests, and the answers of its own I/O.
+"""Messages of the chain side: requests to the ``ChainActor`` and calls to ``chain-io``.
 
-The chain actor never blocks on the chain: it hands a call to its I/O
-executor and the answer comes back as one of the ``*Answered`` messages, so
-that every chain answer is a captured, replayable input.
+The ``ChainActor`` decides (which withdraw page next, how closures batch,
+what to retry); the ``chain-io`` endpoint only performs chain calls, with
+bounded concurrency, and answers each ``*Call`` with its typed answer. Every
+chain answer therefore reaches an actor as a captured message, which is what
+makes a run replayable without a chain.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from messages.chain import ChainFailure, CloseOutcome, Lease, NodeStatus, WithdrawPage
+from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
 
 __all__ = [
     "WithdrawRequested",
-    "WithdrawPageAnswered",
-    "RetryWithdrawPage",
-    "ActiveLeasesRequested",
-    "CreditReadRequested",
     "FlushClosures",
+    "RetryWithdrawPage",
+    "WithdrawPageCall",
+    "WithdrawPageAnswered",
+    "ActiveLeasesCall",
+    "CreditCall",
+    "NodeStatusCall",
     "NodeStatusAnswered",
+    "CloseBatchCall",
     "CloseBatchAnswered",
-    "CloseLeasesChecked",
+    "LeaseCheckCall",
+    "LeaseCheckAnswered",
 ]
 
 
+# -- requests to the ChainActor ---------------------------------------------------
 @message("withdraw_requested")
 @dataclass(frozen=True, slots=True)
 class WithdrawRequested:
     cycle: int
+
+
+@message("flush_closures")
+@dataclass(frozen=True, slots=True)
+class FlushClosures:
+    """The check of ``cycle`` is over: send the closures requested during it."""
+
+    cycle: int
+
+
+@message("retry_withdraw_page")
+@dataclass(frozen=True, slots=True)
+class RetryWithdrawPage:
+    cycle: int
+    page: int
+    attempt: int
+
+
+# -- calls to chain-io and their answers --------------------------------------------
+@message("withdraw_page_call")
+@dataclass(frozen=True, slots=True)
+class WithdrawPageCall:
+    cycle: int
+    page: int
+    attempt: int
+    key: bytes
 
 
 @message("withdraw_page_answered")
@@ -41,31 +74,31 @@ class WithdrawPageAnswered:
     error: ChainFailure | None = None
 
 
-@message("retry_withdraw_page")
+@message("active_leases_call")
 @dataclass(frozen=True, slots=True)
-class RetryWithdrawPage:
+class ActiveLeasesCall:
+    """Answered with ``messages.scheduler.ActiveLeasesRead`` to ``reply_to``."""
+
     cycle: int
-    page: int
-    attempt: int
+    reply_to: str
 
 
-@message("active_leases_requested")
+@message("credit_call")
 @dataclass(frozen=True, slots=True)
-class ActiveLeasesRequested:
+class CreditCall:
+    """Read one tenant's credit (account + the chain's estimate).
+
+    Answered to the tenant's actor with ``CreditRead`` or ``CreditReadFailed``.
+    """
+
     cycle: int
+    tenant: str
 
 
-@message("credit_read_requested")
+@message("node_status_call")
 @dataclass(frozen=True, slots=True)
-class CreditReadRequested:
-    cycle: int
-    tenants: tuple[str, ...]
-
-
-@message("flush_closures")
-@dataclass(frozen=True, slots=True)
-class FlushClosures:
-    cycle: int
+class NodeStatusCall:
+    round: int
 
 
 @message("node_status_answered")
@@ -74,6 +107,15 @@ class NodeStatusAnswered:
     round: int
     status: NodeStatus | None = None
     error: ChainFailure | None = None
+
+
+@message("close_batch_call")
+@dataclass(frozen=True, slots=True)
+class CloseBatchCall:
+    round: int
+    batch: int
+    lease_uuids: tuple[str, ...]
+    reason: str
 
 
 @message("close_batch_answered")
@@ -86,12 +128,20 @@ class CloseBatchAnswered:
     error: ChainFailure | None = None
 
 
-@message("close_leases_checked")
+@message("lease_check_call")
 @dataclass(frozen=True, slots=True)
-class CloseLeasesChecked:
-    """Which leases of a failed batch are still active (to drop the others)."""
+class LeaseCheckCall:
+    """Which of ``lease_uuids`` are still active (after a batch failed on one)."""
 
     round: int
     batch: int
-    active: tuple[Lease, ...] = ()
+    lease_uuids: tuple[str, ...]
+
+
+@message("lease_check_answered")
+@dataclass(frozen=True, slots=True)
+class LeaseCheckAnswered:
+    round: int
+    batch: int
+    active: tuple[str, ...] = ()
     error: ChainFailure | None = None

@@ -111,3 +111,14 @@ class TenantSnapshot:
 
 
 __all__ += ["TenantSnapshot"]
+
+
+@message("tenant_restored")
+@dataclass(frozen=True, slots=True)
+class TenantRestored:
+    """First message of a tenant actor restarted from persisted state."""
+
+    snapshot: TenantSnapshot
+
+
+__all__ += ["TenantRestored"]

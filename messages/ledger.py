@@ -74,3 +74,14 @@ class TenantForgotten:
     """The tenant has no lease with us any more: drop its persisted state."""
 
     tenant: str
+
+
+@message("billing_tick_due")
+@dataclass(frozen=True, slots=True)
+class BillingTickDue:
+    """Hourly, from the scheduler: walk the billing months (``ledger`` tick)."""
+
+    at: datetime
+
+
+__all__ += ["BillingTickDue"]

@@ -1,0 +1,54 @@
+"""What a core decides: the effects an actor carries out.
+
+Every actor is a thin shell around a *core*: a plain object whose
+``handle(message, now)`` returns a list of effects and touches nothing else.
+The shell delivers the effects. Replay feeds captured messages to the same
+cores and compares the effects they return with what was captured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+__all__ = ["Send", "Note", "Spawn", "Retire", "Effect", "Core"]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` to the actor at ``to``; at ``at`` if given (a timer), else now."""
+
+    to: str
+    message: Any
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One readable decision line ("tenant X depletes at ..."). ``tenant`` for filtering."""
+
+    text: str
+    tenant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Start a tenant's credit monitor; ``first`` are its first messages, in order."""
+
+    tenant: str
+    first: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """Stop a tenant's credit monitor (its last lease is gone)."""
+
+    tenant: str
+
+
+Effect = Send | Note | Spawn | Retire
+
+
+class Core(Protocol):
+    def handle(self, message: Any, now: datetime) -> list[Effect]: ...
