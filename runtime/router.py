@@ -15,14 +15,15 @@ from typing import Any
 import pykka
 
 from runtime.clock import Clock, TimerHandle
-from runtime.dispatch import sending_as
+from runtime.dispatch import current_sender, sending_as
 
-__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "LISTENER", "LEDGER"]
+__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "CHAIN_IO", "LISTENER", "LEDGER"]
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER = "scheduler"
 CHAIN = "chain"
+CHAIN_IO = "chain-io"
 LISTENER = "listener"
 LEDGER = "ledger"
 
@@ -68,10 +69,16 @@ class Router:
         return True
 
     def tell_at(self, clock: Clock, when: datetime, address: str, message: Any) -> TimerHandle:
-        """Deliver ``message`` to ``address`` when the clock reaches ``when``."""
+        """Deliver ``message`` to ``address`` when the clock reaches ``when``.
+
+        The delivery is captured as sent by ``clock``, caused by the message
+        whose handling set the timer, so replay can tie a timer back to the
+        decision that set it.
+        """
+        _, cause = current_sender()
 
         def fire() -> None:
-            with sending_as("clock"):
+            with sending_as("clock", cause):
                 self.tell(address, message)
 
         return clock.call_at(when, fire)
