@@ -85,3 +85,41 @@ class BillingTickDue:
 
 
 __all__ += ["BillingTickDue"]
+
+
+@message("lease_observed")
+@dataclass(frozen=True, slots=True)
+class LeaseObserved:
+    """One lease as read from the chain (a ``Lease`` query), in any state.
+
+    Unlike ``LeasesObserved`` it says nothing about other leases. Send it when
+    a lease is read outside a reconcile: a new lease after its
+    ``lease_acknowledged`` event (its items are its price), or a lease that
+    vanished from the active set (its ``closed_at`` is the chain's own, so
+    the month is billed to the second).
+    """
+
+    at: datetime
+    lease: Lease
+
+
+@message("lease_settled")
+@dataclass(frozen=True, slots=True)
+class LeaseSettled:
+    """What one settlement moved from a lease's tenant to us, per denom.
+
+    From a ``provider_withdraw`` event (``kind`` "withdraw"; ``amount``) or a
+    ``lease_closed`` event (``kind`` "close"; ``settled_amounts``). ``at`` is
+    the block time of the transaction. The statement sets these beside what
+    the lease accrued, so a tenant whose credit ran out shows the shortfall.
+    """
+
+    at: datetime
+    tx_hash: str
+    lease_uuid: str
+    amounts: tuple[Coin, ...]
+    kind: str = "withdraw"
+    tenant: str = ""
+
+
+__all__ += ["LeaseObserved", "LeaseSettled"]
