@@ -12,6 +12,7 @@ from datetime import datetime
 from messages.chain import ChainFailure, Lease
 from messages.codec import message
 from messages.coins import Coin
+from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
 
 __all__ = [
@@ -21,7 +22,6 @@ __all__ = [
     "WithdrawFinished",
     "ActiveLeasesRead",
     "TenantChecked",
-    "TenantIdle",
     "ClosuresFlushed",
     "LeaseEventReceived",
     "WAKE_REASONS",
@@ -95,13 +95,6 @@ class TenantChecked:
     note: str = ""
 
 
-@message("tenant_idle")
-@dataclass(frozen=True, slots=True)
-class TenantIdle:
-    """A tenant actor has no lease left and can be stopped."""
-
-    tenant: str
-
 
 @message("closures_flushed")
 @dataclass(frozen=True, slots=True)
@@ -113,6 +106,8 @@ class ClosuresFlushed:
     failed: tuple[str, ...] = ()
     tx_hashes: tuple[str, ...] = ()
     error: ChainFailure | None = None
+    #: When the failed closures should be tried again (a syncing node asks for a wait).
+    retry_at: datetime | None = None
 
 
 @message("lease_event_received")
@@ -130,3 +125,40 @@ class Reconcile:
 
 
 __all__ += ["Reconcile"]
+
+
+@message("start_schedule")
+@dataclass(frozen=True, slots=True)
+class StartSchedule:
+    """Begin the periodic wakes (the seed's ``Start``)."""
+
+
+@message("stop_schedule")
+@dataclass(frozen=True, slots=True)
+class StopSchedule:
+    """Stop: no new cycle starts; later triggers are ignored (the seed's ``Stop``)."""
+
+
+@message("cycle_deadline")
+@dataclass(frozen=True, slots=True)
+class CycleDeadline:
+    """A cycle still waiting for tenants at this point is closed out without them."""
+
+    cycle: int
+
+
+@message("billing_tick_timer")
+@dataclass(frozen=True, slots=True)
+class BillingTickTimer:
+    """The scheduler's hourly timer for the books (sends ``BillingTickDue`` to the ledger)."""
+
+
+@message("tenants_restored")
+@dataclass(frozen=True, slots=True)
+class TenantsRestored:
+    """What the ledger remembered of each tenant at the last run; sent once at start."""
+
+    snapshots: tuple[TenantSnapshot, ...]
+
+
+__all__ += ["StartSchedule", "StopSchedule", "CycleDeadline", "BillingTickTimer", "TenantsRestored"]

@@ -1,0 +1,94 @@
+"""``ChainActor``: the only sender of transactions.
+
+Its core, ``ChainDecisions``, runs at most one withdraw cycle at a time
+(``actors.withdraw_cycle``) and the closure rounds (``actors.closures``);
+the calls themselves go to ``chain-io`` and come back as messages. Reads
+that decide nothing here (credit, active leases) go to ``chain-io``
+directly from the scheduler.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from actors.closures import ClosureBuffer, CloseRound
+from actors.effects import Effect, Note, Send
+from actors.shell import CoreActor
+from actors.withdraw_cycle import WithdrawCycle
+from messages.chain import ChainFailure
+from messages.chain_actor import (
+    CloseBatchAnswered,
+    FlushClosures,
+    LeaseCheckAnswered,
+    NodeStatusAnswered,
+    RetryWithdrawPage,
+    WithdrawPageAnswered,
+    WithdrawRequested,
+)
+from messages.credit import CloseRequested
+from messages.scheduler import ClosuresFlushed, WithdrawFinished
+from runtime.clock import Clock
+from runtime.dispatch import Dispatcher
+from runtime.router import CHAIN, SCHEDULER, Router
+from sidecar.config import SchedulerSettings
+
+__all__ = ["ChainDecisions", "ChainActor"]
+
+
+class ChainDecisions:
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.settings = settings
+        self.withdraw: WithdrawCycle | None = None
+        self.buffer = ClosureBuffer()
+        self.rounds: dict[int, CloseRound] = {}
+        self._round_counter = 0
+
+    def handle(self, message: Any, now: datetime) -> list[Effect]:
+        if isinstance(message, WithdrawRequested):
+            if self.withdraw is not None and not self.withdraw.done:
+                busy = ChainFailure("withdraw", f"withdraw cycle {self.withdraw.cycle} still running")
+                return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
+            self.withdraw = WithdrawCycle(message.cycle, self.settings)
+            return self.withdraw.begin()
+        if isinstance(message, WithdrawPageAnswered):
+            if self.withdraw is None or self.withdraw.cycle != message.cycle:
+                return []
+            return self.withdraw.answered(message, now)
+        if isinstance(message, RetryWithdrawPage):
+            if self.withdraw is None or self.withdraw.cycle != message.cycle:
+                return []
+            return self.withdraw.retry(message)
+        if isinstance(message, CloseRequested):
+            self.buffer.add(message)
+            return []
+        if isinstance(message, FlushClosures):
+            requests = self.buffer.take()
+            if not requests:
+                return [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
+            self._round_counter += 1
+            rnd = CloseRound(self._round_counter, message.cycle, self.settings, requests)
+            self.rounds[rnd.round] = rnd
+            leases = sum(len(r.lease_uuids) for r in requests)
+            return [Note(f"closing {leases} lease(s) of {len(requests)} tenant(s)")] + rnd.begin()
+        if isinstance(message, (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)):
+            rnd = self.rounds.get(message.round)
+            if rnd is None:
+                return []
+            if isinstance(message, NodeStatusAnswered):
+                out = rnd.on_status(message, now)
+            elif isinstance(message, CloseBatchAnswered):
+                out = rnd.on_batch(message, now)
+            else:
+                out = rnd.on_check(message, now)
+            if rnd.finished:
+                del self.rounds[rnd.round]
+            return out
+        raise TypeError(f"ChainActor cannot handle {type(message).__name__}")
+
+
+class ChainActor(CoreActor):
+    """The chain actor at address ``chain``."""
+
+    def __init__(self, dispatcher: Dispatcher, router: Router, clock: Clock, settings: SchedulerSettings) -> None:
+        super().__init__(dispatcher, CHAIN, ChainDecisions(settings), router, clock)

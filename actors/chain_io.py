@@ -1,0 +1,179 @@
+"""``chain-io``: performs chain calls and answers each with a typed message.
+
+Nothing is decided here. Each ``*Call`` message maps to one ``ChainClient``
+call; the answer (or the failure, as ``ChainFailure`` data) goes back as a
+message, captured like any other, sent as ``chain-io`` and caused by the
+call, so replay needs no chain.
+
+Reads run on a pool bounded by ``max_queries_in_flight`` (the seed checks
+tenants one at a time; at 2,000 tenants and a few ms per query that is the
+difference between seconds and a minute). Transactions run on one thread:
+one signer, one account sequence, one writer.
+
+Tests and replay use ``InlineExecutor``: the call runs at once in the
+handling thread, so a run on the manual dispatcher is deterministic.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from typing import Any, Callable, Protocol
+
+from chain.client import ChainClient
+from chain.errors import ChainError, failure_from
+from messages.chain_actor import (
+    ActiveLeasesCall,
+    CloseBatchAnswered,
+    CloseBatchCall,
+    CreditCall,
+    LeaseCheckAnswered,
+    LeaseCheckCall,
+    NodeStatusAnswered,
+    NodeStatusCall,
+    WithdrawPageAnswered,
+    WithdrawPageCall,
+)
+from messages.credit import CreditRead, CreditReadFailed
+from messages.scheduler import ActiveLeasesRead
+from runtime.dispatch import Dispatcher, PooledActor, current_sender, sending_as
+from runtime.router import CHAIN, CHAIN_IO, Router, tenant_address
+
+__all__ = ["ChainIO", "InlineExecutor", "Executor", "pool"]
+
+logger = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    def submit(self, fn: Callable[[], None]) -> Any: ...
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
+
+
+class InlineExecutor:
+    """Runs each call at once, in the caller's thread."""
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass
+
+
+def pool(workers: int, name: str) -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+
+
+class ChainIO(PooledActor):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        router: Router,
+        client: ChainClient,
+        provider_uuid: str,
+        reads: Executor,
+        writes: Executor,
+    ) -> None:
+        super().__init__(dispatcher, CHAIN_IO)
+        self.router = router
+        self.client = client
+        self.provider_uuid = provider_uuid
+        self.reads = reads
+        self.writes = writes
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self._handlers: dict[type, tuple[Executor, Callable[[Any], tuple[str, Any]]]] = {
+            CreditCall: (reads, self._credit),
+            ActiveLeasesCall: (reads, self._active_leases),
+            NodeStatusCall: (reads, self._node_status),
+            LeaseCheckCall: (reads, self._lease_check),
+            WithdrawPageCall: (writes, self._withdraw_page),
+            CloseBatchCall: (writes, self._close_batch),
+        }
+
+    def on_receive(self, message: Any) -> None:
+        try:
+            executor, handler = self._handlers[type(message)]
+        except KeyError:
+            raise TypeError(f"chain-io cannot handle {type(message).__name__}") from None
+        _, cause = current_sender()
+        with self._idle:
+            self._in_flight += 1
+        try:
+            executor.submit(lambda: self._run(handler, message, cause))
+        except RuntimeError:  # executor shut down: we are stopping
+            self._done()
+
+    def _run(self, handler: Callable[[Any], tuple[str, Any]], message: Any, cause: int) -> None:
+        try:
+            address, answer = handler(message)
+            with sending_as(CHAIN_IO, cause):
+                self.router.tell(address, answer)
+        except Exception:
+            logger.exception("chain-io failed to answer %s", type(message).__name__)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is in flight (used by stop)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
+
+    def on_stop(self) -> None:
+        self.reads.shutdown(wait=False, cancel_futures=True)
+        self.writes.shutdown(wait=False, cancel_futures=True)
+        if self.router.get(self.address) is self.actor_ref:
+            self.router.remove(self.address)
+
+    # -- one method per call ------------------------------------------------------
+    def _credit(self, m: CreditCall) -> tuple[str, Any]:
+        to = tenant_address(m.tenant)
+        try:
+            account = self.client.credit_account(m.tenant)
+        except Exception as exc:
+            return to, CreditReadFailed(m.cycle, failure_from(exc, "credit_account"))
+        try:
+            estimate = self.client.credit_estimate(m.tenant)
+        except ChainError:
+            estimate = None  # the estimate only refines; the account read decides
+        return to, CreditRead(m.cycle, account, estimate)
+
+    def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
+        try:
+            leases = self.client.active_leases_by_provider(self.provider_uuid)
+        except Exception as exc:
+            return m.reply_to, ActiveLeasesRead(m.cycle, error=failure_from(exc, "active_leases_by_provider"))
+        return m.reply_to, ActiveLeasesRead(m.cycle, leases)
+
+    def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
+        try:
+            return CHAIN, NodeStatusAnswered(m.round, status=self.client.node_status())
+        except Exception as exc:
+            return CHAIN, NodeStatusAnswered(m.round, error=failure_from(exc, "node_status"))
+
+    def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
+        try:
+            active = {lease.uuid for lease in self.client.active_leases_by_provider(self.provider_uuid)}
+        except Exception as exc:
+            return CHAIN, LeaseCheckAnswered(m.round, m.batch, error=failure_from(exc, "active_leases_by_provider"))
+        return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active))
+
+    def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
+        try:
+            page = self.client.withdraw_by_provider(self.provider_uuid, m.key)
+        except Exception as exc:
+            return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, error=failure_from(exc, "withdraw"))
+        return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, result=page)
+
+    def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
+        try:
+            outcome = self.client.close_leases(m.lease_uuids, m.reason)
+        except Exception as exc:
+            return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, error=failure_from(exc, "close_leases"))
+        return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome=outcome)

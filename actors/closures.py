@@ -1,0 +1,209 @@
+"""Closing leases: coalescing requests into ``MsgCloseLease`` batches, and their outcome.
+
+Tenant monitors ask for closures during a check; the chain actor holds them
+until the scheduler says the check is over (``FlushClosures``), then runs one
+*closure round*:
+
+1. Ask the node's status. A node that is catching up, or whose latest block
+   is older than ``max_node_lag``, serves stale balances: nothing is closed,
+   every tenant is told to try again after ``credit_check_retry_interval``.
+2. Send the leases in batches of at most ``MAX_BATCH_LEASE_SIZE``.
+3. A batch fails whole when one lease is no longer active. Then ask which are
+   still active, drop the others (reported as already closed) and send the
+   rest once more.
+4. Tell each tenant what became of its leases, the ledger what was closed,
+   and the scheduler the totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from actors.effects import Effect, Note, Send
+from chain.errors import is_lease_gone
+from chain.model import MAX_BATCH_LEASE_SIZE
+from messages.chain import ChainFailure
+from messages.chain_actor import (
+    CloseBatchAnswered,
+    CloseBatchCall,
+    LeaseCheckAnswered,
+    LeaseCheckCall,
+    NodeStatusAnswered,
+    NodeStatusCall,
+)
+from messages.credit import CloseFailed, CloseRequested, LeasesClosed
+from messages.ledger import ClosureRecorded
+from messages.scheduler import ClosuresFlushed
+from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
+from sidecar.config import SchedulerSettings
+
+__all__ = ["ClosureBuffer", "CloseRound", "plan_batches"]
+
+
+def plan_batches(requests: list[CloseRequested], size: int = MAX_BATCH_LEASE_SIZE) -> list[tuple[str, tuple[str, ...]]]:
+    """(reason, leases) batches of at most ``size``, one reason per batch, in request order."""
+    by_reason: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for r in requests:
+        for u in r.lease_uuids:
+            if u not in seen:
+                seen.add(u)
+                by_reason.setdefault(r.reason, []).append(u)
+    batches = []
+    for reason, uuids in by_reason.items():
+        for i in range(0, len(uuids), size):
+            batches.append((reason, tuple(uuids[i : i + size])))
+    return batches
+
+
+class ClosureBuffer:
+    """Closures requested during the current check, until it is flushed."""
+
+    def __init__(self) -> None:
+        self.requests: list[CloseRequested] = []
+
+    def add(self, request: CloseRequested) -> None:
+        self.requests.append(request)
+
+    def take(self) -> list[CloseRequested]:
+        taken, self.requests = self.requests, []
+        return taken
+
+
+@dataclass
+class _Batch:
+    reason: str
+    leases: tuple[str, ...]
+    checked: bool = False
+    done: bool = False
+
+
+@dataclass
+class CloseRound:
+    round: int
+    cycle: int
+    settings: SchedulerSettings
+    requests: list[CloseRequested]
+    batches: dict[int, _Batch] = field(default_factory=dict)
+    closed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # lease -> tx hashes
+    already_closed: set[str] = field(default_factory=set)
+    failed: dict[str, ChainFailure] = field(default_factory=dict)
+    finished: bool = False
+
+    def begin(self) -> list[Effect]:
+        return [Send(CHAIN_IO, NodeStatusCall(self.round))]
+
+    def on_status(self, message: NodeStatusAnswered, now: datetime) -> list[Effect]:
+        s = self.settings
+        status, problem = message.status, ""
+        if message.error is not None:
+            problem = f"node status unavailable ({message.error.message})"
+        elif status is not None and status.catching_up:
+            problem = f"node is catching up (height {status.latest_block_height})"
+        elif status is not None and now - status.latest_block_time > s.max_node_lag:
+            problem = (
+                f"node's latest block {status.latest_block_time:%Y-%m-%d %H:%M:%S} is older than "
+                f"{s.max_node_lag.total_seconds():g}s"
+            )
+        if problem:
+            failure = ChainFailure("node_status", f"{problem}: balances may be stale", transient=True)
+            for r in self.requests:
+                for u in r.lease_uuids:
+                    self.failed[u] = failure
+            return [Note(f"closures wait: {problem}")] + self._finish(now, retry_at=now + s.credit_check_retry_interval)
+        out: list[Effect] = []
+        for i, (reason, leases) in enumerate(plan_batches(self.requests), start=1):
+            self.batches[i] = _Batch(reason, leases)
+            out.append(Send(CHAIN_IO, CloseBatchCall(self.round, i, leases, reason)))
+        if not self.batches:
+            return self._finish(now)
+        return out
+
+    def on_batch(self, message: CloseBatchAnswered, now: datetime) -> list[Effect]:
+        batch = self.batches.get(message.batch)
+        if batch is None or batch.done:
+            return []
+        out: list[Effect] = []
+        if message.outcome is not None:
+            for u in message.lease_uuids:
+                self.closed[u] = message.outcome.tx_hashes
+            batch.done = True
+        elif message.error is not None and is_lease_gone(message.error) and not batch.checked:
+            batch.checked = True
+            out.append(
+                Note(
+                    f"close batch {message.batch} of {len(message.lease_uuids)} failed on a lease no longer "
+                    f"active; finding which"
+                )
+            )
+            out.append(Send(CHAIN_IO, LeaseCheckCall(self.round, message.batch, message.lease_uuids)))
+            return out
+        else:
+            assert message.error is not None
+            for u in message.lease_uuids:
+                self.failed[u] = message.error
+            batch.done = True
+            out.append(Note(f"close batch {message.batch} failed: {message.error.message}"))
+        return out + self._maybe_finish(now)
+
+    def on_check(self, message: LeaseCheckAnswered, now: datetime) -> list[Effect]:
+        batch = self.batches.get(message.batch)
+        if batch is None or batch.done:
+            return []
+        if message.error is not None:
+            for u in batch.leases:
+                self.failed[u] = message.error
+            batch.done = True
+            return self._maybe_finish(now)
+        active = set(message.active)
+        gone = tuple(u for u in batch.leases if u not in active)
+        rest = tuple(u for u in batch.leases if u in active)
+        self.already_closed.update(gone)
+        out: list[Effect] = [Note(f"dropped {len(gone)} lease(s) already closed; closing the other {len(rest)}")]
+        if rest:
+            batch.leases = rest
+            out.append(Send(CHAIN_IO, CloseBatchCall(self.round, message.batch, rest, batch.reason)))
+            return out
+        batch.done = True
+        return out + self._maybe_finish(now)
+
+    def _maybe_finish(self, now: datetime) -> list[Effect]:
+        if all(b.done for b in self.batches.values()):
+            return self._finish(now)
+        return []
+
+    def _finish(self, now: datetime, retry_at: datetime | None = None) -> list[Effect]:
+        self.finished = True
+        out: list[Effect] = []
+        for r in self.requests:
+            closed = tuple(u for u in r.lease_uuids if u in self.closed)
+            gone = tuple(u for u in r.lease_uuids if u in self.already_closed)
+            failed = tuple(u for u in r.lease_uuids if u in self.failed)
+            to = tenant_address(r.tenant)
+            if closed:
+                hashes = tuple(sorted({h for u in closed for h in self.closed[u]}))
+                out.append(Send(to, LeasesClosed(r.tenant, closed, r.reason, hashes)))
+                out.append(Send(LEDGER, ClosureRecorded(now, r.tenant, closed, r.reason, hashes)))
+                out.append(Note(f"closed {len(closed)} lease(s) of tenant {r.tenant}: {r.reason}", r.tenant))
+            if gone:
+                out.append(Send(to, LeasesClosed(r.tenant, gone, r.reason, (), already_closed=True)))
+            if failed:
+                out.append(Send(to, CloseFailed(r.tenant, failed, self.failed[failed[0]], retry_at)))
+        hashes = tuple(sorted({h for hs in self.closed.values() for h in hs}))
+        first_error = next(iter(self.failed.values()), None)
+        out.append(
+            Send(
+                SCHEDULER,
+                ClosuresFlushed(
+                    cycle=self.cycle,
+                    closed=tuple(sorted(self.closed)),
+                    already_closed=tuple(sorted(self.already_closed)),
+                    failed=tuple(sorted(self.failed)),
+                    tx_hashes=hashes,
+                    error=first_error,
+                    retry_at=retry_at,
+                ),
+            )
+        )
+        return out

@@ -1,0 +1,474 @@
+"""The scheduler's decisions: cycles, wakes, tenants, lease events.
+
+A *cycle* is: withdraw (when due), read the provider's active leases, have
+every tenant's credit read and judged by its monitor, flush the closures
+they asked for, then set the next wake. One cycle runs at a time; a trigger
+or reconcile that arrives meanwhile runs right after it.
+
+The next wake is the earliest of (seed 000):
+
+- ``interval``: the paid withdraw is due (``withdraw_interval`` after the last one);
+- ``check``: the credit-check cadence (``credit_check_interval``, when shorter);
+- ``depletion``: ``depletion_check_buffer`` before the earliest estimated
+  depletion, or that long from now if it is already past. This wake
+  withdraws whatever the rate limit says: balances only move at settlement,
+  so the follow-up must settle to see the depletion (seed: "schedules an
+  earlier follow-up withdrawal");
+- ``recheck``: the earliest early re-check a tenant asked for (read errors,
+  zero-balance grace, failed closes).
+
+The scheduler also supervises the tenant monitors: it starts one when a
+tenant first has an active lease with us (chain read or lease event) and
+retires it when the last lease is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from actors.effects import Effect, Note, Retire, Send, Spawn
+from messages.chain import Lease
+from messages.chain_actor import ActiveLeasesCall, CreditCall, FlushClosures, WithdrawRequested
+from messages.coins import format_coins
+from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
+from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesObserved
+from messages.scheduler import (
+    ActiveLeasesRead,
+    BillingTickTimer,
+    ClosuresFlushed,
+    CycleDeadline,
+    LeaseEventReceived,
+    Reconcile,
+    RunCycle,
+    StartSchedule,
+    StopSchedule,
+    TenantChecked,
+    TenantsRestored,
+    TriggerWithdraw,
+    Wake,
+    WithdrawFinished,
+)
+from runtime.clock import EPOCH
+from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, tenant_address
+from sidecar.config import SchedulerSettings
+
+__all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake"]
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+@dataclass
+class TenantEntry:
+    """What the scheduler keeps per tenant: enough to plan wakes and supervise."""
+
+    leases: frozenset[str]
+    depletion_at: datetime | None = None
+    recheck_at: datetime | None = None
+    #: the monitor has been given the leases' details from a chain read
+    synced: bool = False
+
+
+@dataclass
+class Cycle:
+    id: int
+    reason: str
+    withdraw: bool
+    started: datetime
+    phase: str = "withdrawing"  # withdrawing -> reading -> checking -> closing
+    waiting: set[str] = field(default_factory=set)
+    closing: int = 0
+
+
+def next_wake(
+    now: datetime,
+    settings: SchedulerSettings,
+    withdraw_due: datetime,
+    depletion: datetime | None,
+    recheck: datetime | None,
+) -> tuple[datetime, str]:
+    """When to wake next and why (the earliest candidate; ties go to the first listed)."""
+    candidates: list[tuple[datetime, str]] = [(withdraw_due, "interval")]
+    if settings.check_interval < settings.withdraw_interval:
+        candidates.append((now + settings.check_interval, "check"))
+    if depletion is not None:
+        at = depletion - settings.depletion_check_buffer
+        candidates.append((at if at > now else now + settings.depletion_check_buffer, "depletion"))
+    if recheck is not None:
+        candidates.append((max(recheck, now), "recheck"))
+    best = candidates[0]
+    for c in candidates[1:]:
+        if c[0] < best[0]:
+            best = c
+    return best
+
+
+class SchedulerDecisions:
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        provider_uuid: str,
+        billing_tick_interval: timedelta | None = None,
+    ) -> None:
+        self.settings = settings
+        self.provider_uuid = provider_uuid
+        self.billing_tick_interval = billing_tick_interval or None
+        self.tenants: dict[str, TenantEntry] = {}
+        self.cycle: Cycle | None = None
+        self._cycles = 0
+        self.started_at: datetime | None = None
+        self.last_withdraw_at: datetime | None = None
+        self.stopped = False
+        self.wake_token = 0
+        self.wake_at: datetime | None = None
+        self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
+
+    # -- dispatch ---------------------------------------------------------------
+    def handle(self, message: Any, now: datetime) -> list[Effect]:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise TypeError(f"SchedulerActor cannot handle {type(message).__name__}")
+        return handler(self, message, now)
+
+    # -- control ----------------------------------------------------------------
+    def _start(self, message: StartSchedule, now: datetime) -> list[Effect]:
+        if self.stopped or self.started_at is not None:
+            return []
+        self.started_at = now
+        out: list[Effect] = [Note("scheduler started")]
+        if self.billing_tick_interval:
+            out.append(Send(LEDGER, BillingTickDue(now)))
+            out.append(Send(SCHEDULER, BillingTickTimer(), at=now + self.billing_tick_interval))
+        if self.cycle is None:
+            out += self._plan_wake(now)
+        return out
+
+    def _stop(self, message: StopSchedule, now: datetime) -> list[Effect]:
+        self.stopped = True
+        self.wake_token += 1  # any timer already set is now stale
+        self.pending.clear()
+        return [Note("scheduler stopped: no further cycles")]
+
+    def _wake(self, message: Wake, now: datetime) -> list[Effect]:
+        if self.stopped or message.token != self.wake_token:
+            return []  # superseded by a newer wake, or stopped
+        self.wake_at = None
+        return self._begin(message.reason, now)
+
+    def _trigger(self, message: TriggerWithdraw, now: datetime) -> list[Effect]:
+        if self.stopped:
+            return [Note(f"withdraw trigger from {message.source} ignored: stopped")]
+        return self._begin(f"trigger from {message.source}", now, withdraw=True)
+
+    def _run_once(self, message: RunCycle, now: datetime) -> list[Effect]:
+        if self.stopped:
+            return [Note("withdraw_once ignored: stopped")]
+        return self._begin("withdraw_once", now, withdraw=message.withdraw)
+
+    def _reconcile(self, message: Reconcile, now: datetime) -> list[Effect]:
+        if self.stopped:
+            return []
+        return self._begin(f"reconcile after {message.source}", now, withdraw=False)
+
+    def _restored(self, message: TenantsRestored, now: datetime) -> list[Effect]:
+        out: list[Effect] = []
+        for snap in message.snapshots:
+            if not snap.lease_uuids or snap.tenant in self.tenants:
+                continue
+            self.tenants[snap.tenant] = TenantEntry(
+                frozenset(snap.lease_uuids), snap.depletion_at, snap.recheck_at
+            )
+            out.append(Spawn(snap.tenant, (TenantRestored(snap),)))
+        return [Note(f"restored {len(out)} tenant(s) from the ledger")] + out
+
+    def _billing_tick(self, message: BillingTickTimer, now: datetime) -> list[Effect]:
+        if self.stopped or not self.billing_tick_interval:
+            return []
+        return [
+            Send(LEDGER, BillingTickDue(now)),
+            Send(SCHEDULER, BillingTickTimer(), at=now + self.billing_tick_interval),
+        ]
+
+    # -- the cycle ----------------------------------------------------------------
+    def _begin(self, reason: str, now: datetime, withdraw: bool | None = None) -> list[Effect]:
+        if self.cycle is not None:
+            self.pending.append((reason, withdraw))
+            return [Note(f"{reason}: cycle {self.cycle.id} still running, runs after it")]
+        if withdraw is None:
+            withdraw = reason == "depletion" or now >= self._withdraw_due()
+        # An early re-check that is not also a due withdraw reads only the
+        # tenants that asked for it: one tenant's grace window must not cost
+        # a credit read of every tenant every 30 s.
+        only = None
+        if reason == "recheck" and not withdraw:
+            only = {t for t, e in self.tenants.items() if e.recheck_at is not None and e.recheck_at <= now}
+        self._cycles += 1
+        self.cycle = Cycle(self._cycles, reason, withdraw, now)
+        if withdraw:
+            what = "withdraw, then credit check"
+        elif only is not None:
+            what = f"credit check of {len(only)} tenant(s) due a re-check"
+        else:
+            what = "credit check"
+        out: list[Effect] = [
+            Note(f"cycle {self._cycles} ({reason}): {what}"),
+            Send(SCHEDULER, CycleDeadline(self._cycles), at=now + self.settings.cycle_timeout),
+        ]
+        if withdraw:
+            out.append(Send(CHAIN, WithdrawRequested(self._cycles)))
+        elif only is not None:
+            out += self._check(only, now)
+        else:
+            out += self._read_leases()
+        return out
+
+    def _current(self, cycle: int, phase: str) -> Cycle | None:
+        c = self.cycle
+        return c if c is not None and c.id == cycle and c.phase == phase else None
+
+    def _read_leases(self) -> list[Effect]:
+        assert self.cycle is not None
+        self.cycle.phase = "reading"
+        return [Send(CHAIN_IO, ActiveLeasesCall(self.cycle.id, SCHEDULER))]
+
+    def _withdraw_finished(self, message: WithdrawFinished, now: datetime) -> list[Effect]:
+        c = self._current(message.cycle, "withdrawing")
+        if c is None:
+            return []
+        out: list[Effect] = []
+        if message.error is None:
+            self.last_withdraw_at = c.started
+        else:
+            out.append(
+                Note(
+                    f"cycle {c.id}: withdraw ended early after {message.pages} page(s) "
+                    f"({format_coins(message.total_amounts)} withdrawn): {message.error.message}"
+                )
+            )
+        return out + self._read_leases()
+
+    def _leases_read(self, message: ActiveLeasesRead, now: datetime) -> list[Effect]:
+        c = self._current(message.cycle, "reading")
+        if c is None:
+            return []
+        out: list[Effect] = []
+        if message.error is not None:
+            out.append(
+                Note(
+                    f"cycle {c.id}: could not read active leases ({message.error.message}); "
+                    f"checking the {len(self.tenants)} tenant(s) already known"
+                )
+            )
+        else:
+            out += self._sync(message.leases, now)
+        return out + self._check(set(self.tenants), now)
+
+    def _check(self, tenants: set[str], now: datetime) -> list[Effect]:
+        """Have each tenant's credit read; its monitor answers with ``TenantChecked``."""
+        c = self.cycle
+        assert c is not None
+        c.phase = "checking"
+        c.waiting = set(tenants)
+        out: list[Effect] = [Send(CHAIN_IO, CreditCall(c.id, tenant)) for tenant in tenants]
+        if not c.waiting:
+            out += self._end_check(now)
+        return out
+
+    def _sync(self, leases: Iterable[Lease], now: datetime) -> list[Effect]:
+        """Make the tenant monitors match the chain's active leases."""
+        groups: dict[str, list[Lease]] = {}
+        for lease in leases:
+            groups.setdefault(lease.tenant, []).append(lease)
+        out: list[Effect] = []
+        new_leases: list[Lease] = []
+        started = retired = 0
+        for tenant, tenant_leases in groups.items():
+            uuids = frozenset(lease.uuid for lease in tenant_leases)
+            entry = self.tenants.get(tenant)
+            if entry is None:
+                self.tenants[tenant] = TenantEntry(uuids, synced=True)
+                out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
+                new_leases += tenant_leases
+                started += 1
+            elif entry.leases != uuids or not entry.synced:
+                new_leases += [lease for lease in tenant_leases if lease.uuid not in entry.leases]
+                entry.leases, entry.synced = uuids, True
+                out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases))))
+        for tenant in [t for t in self.tenants if t not in groups]:
+            # No active lease left on chain: the monitor clears its state and goes.
+            del self.tenants[tenant]
+            out.append(Send(tenant_address(tenant), LeasesSynced(())))
+            out.append(Retire(tenant))
+            retired += 1
+        if new_leases:
+            out.append(Send(LEDGER, LeasesObserved(now, tuple(new_leases))))
+        if started or retired:
+            out.append(Note(f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched"))
+        return out
+
+    def _checked(self, message: TenantChecked, now: datetime) -> list[Effect]:
+        entry = self.tenants.get(message.tenant)
+        if entry is not None:
+            entry.depletion_at = message.depletion_at
+            entry.recheck_at = message.recheck_at
+        c = self._current(message.cycle, "checking")
+        if c is None or message.tenant not in c.waiting:
+            return []
+        c.waiting.discard(message.tenant)
+        c.closing += len(message.closing)
+        if not c.waiting:
+            return self._end_check(now)
+        return []
+
+    def _end_check(self, now: datetime) -> list[Effect]:
+        c = self.cycle
+        assert c is not None
+        if c.closing:
+            c.phase = "closing"
+            return [Send(CHAIN, FlushClosures(c.id))]
+        return self._finish(now)
+
+    def _flushed(self, message: ClosuresFlushed, now: datetime) -> list[Effect]:
+        out: list[Effect] = []
+        if message.failed:
+            retry = message.retry_at or now + self.settings.credit_check_retry_interval
+            failed = set(message.failed)
+            for entry in self.tenants.values():
+                if entry.leases & failed:
+                    entry.recheck_at = min(entry.recheck_at or retry, retry)
+        gone = set(message.closed) | set(message.already_closed)
+        if gone:
+            out += self._drop_leases(gone)
+        if self._current(message.cycle, "closing") is None:
+            return out
+        if message.closed or message.already_closed or message.failed:
+            out.append(
+                Note(
+                    f"cycle {message.cycle}: closed {len(message.closed)} lease(s), "
+                    f"{len(message.already_closed)} already closed, {len(message.failed)} failed"
+                )
+            )
+        return out + self._finish(now)
+
+    def _drop_leases(self, gone: set[str]) -> list[Effect]:
+        out: list[Effect] = []
+        for tenant in list(self.tenants):
+            entry = self.tenants[tenant]
+            if entry.leases & gone:
+                entry.leases = entry.leases - gone
+                if not entry.leases:
+                    del self.tenants[tenant]
+                    out.append(Retire(tenant))
+        return out
+
+    def _deadline(self, message: CycleDeadline, now: datetime) -> list[Effect]:
+        c = self.cycle
+        if c is None or c.id != message.cycle:
+            return []
+        if c.phase == "checking":
+            missing = sorted(c.waiting)
+            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            c.waiting.clear()
+            return [Note(f"cycle {c.id}: {len(missing)} tenant(s) did not answer in time ({shown}); going on")] + (
+                self._end_check(now)
+            )
+        return [Note(f"cycle {c.id}: still {c.phase} after {self.settings.cycle_timeout}; abandoned")] + self._finish(
+            now
+        )
+
+    def _finish(self, now: datetime) -> list[Effect]:
+        self.cycle = None
+        if self.pending and not self.stopped:
+            reason, withdraw = self.pending.pop(0)
+            if any(w for _, w in self.pending):
+                withdraw = True  # a queued trigger must not be lost behind a reconcile
+            self.pending.clear()
+            return self._begin(reason, now, withdraw)
+        return self._plan_wake(now)
+
+    # -- wakes --------------------------------------------------------------------
+    def _withdraw_due(self) -> datetime:
+        """When the paid withdraw is next due; at once if none was ever done nor scheduled."""
+        base = self.last_withdraw_at or self.started_at
+        if base is None:
+            return EPOCH
+        return base + self.settings.withdraw_interval
+
+    def _plan_wake(self, now: datetime) -> list[Effect]:
+        if self.stopped or self.started_at is None:
+            return []
+        depletion = min((e.depletion_at for e in self.tenants.values() if e.depletion_at), default=None)
+        recheck = min((e.recheck_at for e in self.tenants.values() if e.recheck_at), default=None)
+        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck)
+        self.wake_token += 1
+        self.wake_at = at
+        detail = ""
+        if reason == "depletion" and depletion is not None:
+            detail = f", {self.settings.depletion_check_buffer.total_seconds():g}s before a depletion at {_when(depletion)}"
+        return [
+            Note(f"next wake at {_when(at)} ({reason}{detail})"),
+            Send(SCHEDULER, Wake(reason, self.wake_token), at=at),
+        ]
+
+    # -- lease events -----------------------------------------------------------------
+    def _lease_event(self, message: LeaseEventReceived, now: datetime) -> list[Effect]:
+        ev = message.event
+        ours = ev.provider_uuid == self.provider_uuid
+        out: list[Effect] = []
+        if ours:
+            out.append(Send(LEDGER, LeaseEventRecorded(now, ev)))
+        if ours and ev.kind in ("created", "acknowledged"):
+            lease = Lease(
+                ev.lease_uuid,
+                ev.tenant,
+                ev.provider_uuid,
+                (),
+                state="ACTIVE" if ev.kind == "acknowledged" else "PENDING",
+            )
+            entry = self.tenants.get(ev.tenant)
+            if entry is None:
+                self.tenants[ev.tenant] = TenantEntry(frozenset({ev.lease_uuid}))
+                out.append(Spawn(ev.tenant, (LeaseOpened(lease),)))
+                out.append(Note(f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant))
+            elif ev.lease_uuid not in entry.leases:
+                entry.leases = entry.leases | {ev.lease_uuid}
+                entry.synced = False
+                out.append(Send(tenant_address(ev.tenant), LeaseOpened(lease)))
+        elif ours and ev.kind in ("closed", "expired", "auto_closed"):
+            entry = self.tenants.get(ev.tenant)
+            if entry is not None and ev.lease_uuid in entry.leases:
+                out.append(Send(tenant_address(ev.tenant), LeaseGone(ev.lease_uuid, ev.kind)))
+                out += self._drop_leases({ev.lease_uuid})
+                why = f" ({ev.reason})" if ev.reason else ""
+                out.append(Note(f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant))
+        elif not ours and ev.kind == "auto_closed" and ev.tenant in self.tenants:
+            out.append(
+                Note(
+                    f"another provider's lease {ev.lease_uuid} of shared tenant {ev.tenant} was auto-closed "
+                    f"({ev.reason or 'credit exhausted'}): withdrawing now",
+                    ev.tenant,
+                )
+            )
+            if not self.stopped:
+                out += self._begin(f"auto-close elsewhere for {ev.tenant}", now, withdraw=True)
+        return out
+
+    _handlers = {
+        StartSchedule: _start,
+        StopSchedule: _stop,
+        Wake: _wake,
+        TriggerWithdraw: _trigger,
+        RunCycle: _run_once,
+        Reconcile: _reconcile,
+        TenantsRestored: _restored,
+        BillingTickTimer: _billing_tick,
+        WithdrawFinished: _withdraw_finished,
+        ActiveLeasesRead: _leases_read,
+        TenantChecked: _checked,
+        ClosuresFlushed: _flushed,
+        CycleDeadline: _deadline,
+        LeaseEventReceived: _lease_event,
+    }

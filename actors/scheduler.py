@@ -1,0 +1,57 @@
+"""``SchedulerActor``: runs the cycles and supervises the tenant monitors.
+
+Its core, ``actors.schedule.SchedulerDecisions``, decides everything; this
+actor carries the effects out, and is the one that starts a
+``CreditMonitorActor`` for a tenant (``Spawn``) and stops it (``Retire``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.credit_monitor import CreditMonitorActor
+from actors.effects import Effect, Retire, Spawn
+from actors.schedule import SchedulerDecisions
+from actors.shell import CoreActor, start_actor
+from runtime.clock import Clock
+from runtime.dispatch import Dispatcher
+from runtime.router import SCHEDULER, Router, tenant_address
+from sidecar.config import SchedulerSettings
+
+__all__ = ["SchedulerActor"]
+
+
+class SchedulerActor(CoreActor):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        router: Router,
+        clock: Clock,
+        settings: SchedulerSettings,
+        provider_uuid: str,
+        billing_tick_interval: timedelta | None = None,
+    ) -> None:
+        core = SchedulerDecisions(settings, provider_uuid, billing_tick_interval)
+        super().__init__(dispatcher, SCHEDULER, core, router, clock, lifecycle=self._lifecycle)
+        self.settings = settings
+
+    def _lifecycle(self, effect: Effect) -> None:
+        if isinstance(effect, Spawn):
+            ref = start_actor(
+                self.router, CreditMonitorActor, self.dispatcher, self.router, self.clock, effect.tenant, self.settings
+            )
+            for message in effect.first:
+                ref.tell(message)
+        elif isinstance(effect, Retire):
+            ref = self.router.remove(tenant_address(effect.tenant))
+            if ref is not None:
+                ref.stop(block=False)
+
+    def on_stop(self) -> None:
+        # The monitors are this actor's children: they go with it.
+        super().on_stop()
+        for address in self.router.addresses():
+            if address.startswith("tenant/"):
+                ref = self.router.remove(address)
+                if ref is not None:
+                    ref.stop(block=False)

@@ -1,0 +1,76 @@
+"""``CoreActor``: the thin actor around a core.
+
+It receives a message, asks its core what to do with the clock's ``now``,
+and carries the effects out: sends (now, or at a time through the clock),
+decision lines to the log, and, for the scheduler, starting and stopping
+tenant monitors. It holds no decision of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from actors.effects import Core, Effect, Note, Retire, Send, Spawn
+from runtime.clock import Clock, TimerHandle
+from runtime.dispatch import Dispatcher, PooledActor
+from runtime.router import Router
+
+__all__ = ["CoreActor", "decisions", "start_actor"]
+
+#: The decision lines: one readable line per decision (``python run.py`` prints them).
+decisions = logging.getLogger("leasewarden.decisions")
+
+
+def start_actor(router: Router, actor_cls: type[PooledActor], *args: Any, **kwargs: Any) -> Any:
+    """Start a pooled actor and give it its address at once.
+
+    Registering here rather than in ``on_start`` matters: mail sent to the
+    address right after the start (a tenant's first credit read) must find
+    it, even though ``on_start`` only runs when the dispatcher gets to it.
+    """
+    ref = actor_cls.start(*args, **kwargs)
+    router.add(ref.actor_inbox.actor.address, ref)  # type: ignore[attr-defined]
+    return ref
+
+
+class CoreActor(PooledActor):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        address: str,
+        core: Core,
+        router: Router,
+        clock: Clock,
+        lifecycle: Callable[[Effect], None] | None = None,
+    ) -> None:
+        super().__init__(dispatcher, address)
+        self.core = core
+        self.router = router
+        self.clock = clock
+        self._lifecycle = lifecycle
+        self._timers: list[TimerHandle] = []
+
+    def on_receive(self, message: Any) -> Any:
+        self.apply(self.core.handle(message, self.clock.now()))
+
+    def apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                if effect.at is None:
+                    self.router.tell(effect.to, effect.message)
+                else:
+                    self._timers = [t for t in self._timers if not t.cancelled]
+                    self._timers.append(self.router.tell_at(self.clock, effect.at, effect.to, effect.message))
+            elif isinstance(effect, Note):
+                decisions.info(effect.text)
+            elif isinstance(effect, (Spawn, Retire)) and self._lifecycle is not None:
+                self._lifecycle(effect)
+            else:
+                raise TypeError(f"{self} cannot carry out {effect!r}")
+
+    def on_stop(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        if self.router.get(self.address) is self.actor_ref:
+            self.router.remove(self.address)

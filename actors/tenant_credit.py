@@ -1,0 +1,270 @@
+"""One tenant's credit watch: the decisions of a ``CreditMonitorActor``.
+
+``TenantCredit.handle(message, now)`` takes one message and returns what to
+do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
+
+- A failed credit read never closes anything. It counts in
+  ``consecutive_errs``; from ``credit_check_error_threshold`` failures in a
+  row the tenant asks for an early re-check after
+  ``credit_check_retry_interval``. A successful read resets the count.
+- A zero balance (in any denom our leases are charged in) starts a grace
+  window of ``credit_check_zero_grace_period``, re-checked every retry
+  interval. The leases are closed only when the balance stayed zero for the
+  whole window. A non-zero read clears the window and starts a fresh
+  burn-rate baseline (the old baseline spans a deposit).
+- Otherwise the depletion time is the earlier of the burn-rate estimate
+  (two samples) and the chain's ``CreditEstimate``; the note says which won.
+- A failed close leaves the window as it is, so the next check closes at once
+  instead of waiting a new window.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from actors.depletion import Estimate, burn_estimate, chain_estimate, earliest
+from actors.effects import Effect, Note, Send
+from messages.chain import Lease
+from messages.coins import coins, coins_to_dict, format_coins
+from messages.credit import (
+    CloseFailed,
+    CloseRequested,
+    CreditRead,
+    CreditReadFailed,
+    LeaseGone,
+    LeaseOpened,
+    LeasesClosed,
+    LeasesSynced,
+    TenantRestored,
+    TenantSnapshot,
+)
+from messages.ledger import TenantForgotten, TenantStateChanged
+from messages.scheduler import TenantChecked
+from runtime.router import CHAIN, LEDGER, SCHEDULER
+from sidecar.config import SchedulerSettings
+
+__all__ = ["TenantCredit"]
+
+
+def _when(t: datetime | None) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+class TenantCredit:
+    """The state a tenant actor holds, and the rules that move it."""
+
+    def __init__(self, tenant: str, settings: SchedulerSettings) -> None:
+        self.tenant = tenant
+        self.settings = settings
+        #: our active leases of this tenant; None details until a chain read gives them
+        self.leases: dict[str, Lease | None] = {}
+        self.last_balances: dict[str, int] | None = None
+        self.last_sample_at: datetime | None = None
+        self.consecutive_errs = 0
+        self.zero_since: datetime | None = None
+        self.depletion_at: datetime | None = None
+        self.recheck_at: datetime | None = None
+        #: leases asked to be closed and not yet answered for
+        self.closing: tuple[str, ...] = ()
+        self._saved: TenantSnapshot | None = None
+
+    # -- snapshot ---------------------------------------------------------------
+    def snapshot(self) -> TenantSnapshot:
+        return TenantSnapshot(
+            tenant=self.tenant,
+            lease_uuids=tuple(sorted(self.leases)),
+            last_balances=coins(self.last_balances) if self.last_balances is not None else None,
+            last_sample_at=self.last_sample_at,
+            consecutive_errs=self.consecutive_errs,
+            zero_since=self.zero_since,
+            depletion_at=self.depletion_at,
+            recheck_at=self.recheck_at,
+            closing=self.closing,
+        )
+
+    def _restore(self, s: TenantSnapshot) -> None:
+        for u in s.lease_uuids:
+            self.leases.setdefault(u, None)
+        self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
+        self.last_sample_at = s.last_sample_at
+        self.consecutive_errs = s.consecutive_errs
+        self.zero_since = s.zero_since
+        self.depletion_at = s.depletion_at
+        self.recheck_at = s.recheck_at
+        # A closure in flight when the process died has an unknown outcome:
+        # forget it as pending; the next check sees the chain's truth and,
+        # with the window kept, closes at once if the leases are still active.
+        self.closing = ()
+        self._saved = self.snapshot()
+
+    # -- messages -----------------------------------------------------------------
+    def handle(self, message: Any, now: datetime) -> list[Effect]:
+        out: list[Effect] = []
+        if isinstance(message, CreditRead):
+            self._on_read(message, now, out)
+        elif isinstance(message, CreditReadFailed):
+            self._on_read_failed(message, now, out)
+        elif isinstance(message, LeasesSynced):
+            self.leases = {lease.uuid: lease for lease in message.leases}
+            self.closing = tuple(u for u in self.closing if u in self.leases)
+        elif isinstance(message, LeaseOpened):
+            self.leases[message.lease.uuid] = message.lease
+            out.append(Note(f"tenant {self.tenant}: new lease {message.lease.uuid}", self.tenant))
+        elif isinstance(message, LeaseGone):
+            self._drop((message.lease_uuid,))
+        elif isinstance(message, LeasesClosed):
+            self._drop(message.lease_uuids)
+            how = "were already closed on chain" if message.already_closed else f"closed ({message.reason})"
+            out.append(Note(f"tenant {self.tenant}: leases {', '.join(message.lease_uuids)} {how}", self.tenant))
+        elif isinstance(message, CloseFailed):
+            self.closing = tuple(u for u in self.closing if u not in message.lease_uuids)
+            out.append(
+                Note(
+                    f"tenant {self.tenant}: closing {len(message.lease_uuids)} lease(s) failed "
+                    f"({message.error.message}); grace window kept, retried at the next check",
+                    self.tenant,
+                )
+            )
+        elif isinstance(message, TenantRestored):
+            self._restore(message.snapshot)
+            return out
+        else:
+            raise TypeError(f"TenantCredit cannot handle {type(message).__name__}")
+        self._save(out)
+        return out
+
+    def _drop(self, lease_uuids: tuple[str, ...]) -> None:
+        for u in lease_uuids:
+            self.leases.pop(u, None)
+        self.closing = tuple(u for u in self.closing if u not in lease_uuids)
+
+    def _save(self, out: list[Effect]) -> None:
+        """Persist what changed; a tenant with no lease left is forgotten instead.
+
+        The monitor, not the scheduler, says "forget": it is the one writer of
+        this tenant's state, so the ledger can never see a stale snapshot
+        arrive after the tenant was dropped.
+        """
+        snap = self.snapshot()
+        if snap == self._saved:
+            return
+        self._saved = snap
+        if self.leases:
+            out.append(Send(LEDGER, TenantStateChanged(snap)))
+        else:
+            out.append(Send(LEDGER, TenantForgotten(self.tenant)))
+
+    def _charged_denoms(self) -> set[str]:
+        denoms: set[str] = set()
+        for lease in self.leases.values():
+            if lease is not None:
+                denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
+        return denoms
+
+    def _exhausted(self, balances: dict[str, int]) -> bool:
+        """Credit gone: a denom our leases are charged in is at zero.
+
+        With lease details unknown (restored, not yet re-read) only an empty
+        balance counts as gone.
+        """
+        charged = self._charged_denoms()
+        if not charged:
+            return not any(balances.values())
+        return any(balances.get(d, 0) <= 0 for d in charged)
+
+    def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
+        s = self.settings
+        self.consecutive_errs += 1
+        if self.consecutive_errs >= s.credit_check_error_threshold:
+            self.recheck_at = now + s.credit_check_retry_interval
+            text = (
+                f"tenant {self.tenant}: {self.consecutive_errs} failed credit reads in a row "
+                f"({message.error.message}); nothing closed, re-check at {_when(self.recheck_at)}"
+            )
+        elif self.zero_since is not None:
+            # Keep the grace window's re-checks going through a failed read.
+            self.recheck_at = now + s.credit_check_retry_interval
+            text = f"tenant {self.tenant}: credit read failed during the grace window; re-check at {_when(self.recheck_at)}"
+        else:
+            self.recheck_at = None
+            text = f"tenant {self.tenant}: credit read failed ({self.consecutive_errs} in a row); nothing closed"
+        out.append(Note(text, self.tenant))
+        self._verdict(message.cycle, out, text)
+
+    def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
+        s = self.settings
+        self.consecutive_errs = 0
+        balances = coins_to_dict(message.account.balances)
+        closing: tuple[str, ...] = ()
+        if self._exhausted(balances):
+            if self.zero_since is None:
+                self.zero_since = now
+            window_end = self.zero_since + s.credit_check_zero_grace_period
+            self.depletion_at = None  # already depleted: the grace re-checks drive the wakes
+            open_leases = tuple(sorted(u for u in self.leases if u not in self.closing))
+            if now >= window_end and open_leases:
+                closing = open_leases
+                self.closing = self.closing + closing
+                self.recheck_at = now + s.credit_check_retry_interval
+                text = (
+                    f"tenant {self.tenant}: credit gone since {_when(self.zero_since)} for the whole "
+                    f"grace window; closing {len(closing)} lease(s)"
+                )
+                out.append(Send(CHAIN, CloseRequested(message.cycle, self.tenant, closing, s.closure_reason)))
+            elif self.closing:
+                self.recheck_at = now + s.credit_check_retry_interval
+                text = f"tenant {self.tenant}: credit gone; closure of {len(self.closing)} lease(s) pending"
+            else:
+                self.recheck_at = min(now + s.credit_check_retry_interval, window_end)
+                text = (
+                    f"tenant {self.tenant}: balance zero since {_when(self.zero_since)}; grace window "
+                    f"ends {_when(window_end)}, re-check at {_when(self.recheck_at)}"
+                )
+            self.last_balances, self.last_sample_at = balances, now
+        else:
+            self.recheck_at = None
+            estimate: Estimate | None
+            if self.zero_since is not None:
+                # Credit came back: the window is void and the old baseline
+                # spans a deposit, so burn is measured afresh from here.
+                self.zero_since = None
+                self.last_balances, self.last_sample_at = balances, now
+                estimate = chain_estimate(message.estimate, now)
+                prefix = "credit back, grace window cleared; "
+            else:
+                local = None
+                if self.last_balances is not None and self.last_sample_at is not None:
+                    local = burn_estimate(self.last_balances, self.last_sample_at, balances, now)
+                estimate = earliest(local, chain_estimate(message.estimate, now))
+                if self.last_balances != balances or self.last_sample_at is None:
+                    # An unmoved balance saw no settlement: keep the older
+                    # baseline so the next burn spans the whole interval.
+                    self.last_balances, self.last_sample_at = balances, now
+                prefix = ""
+            self.depletion_at = estimate.at if estimate else None
+            if estimate is None:
+                text = f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, no burn seen yet"
+            else:
+                clamp = " (clamped to the horizon)" if estimate.clamped else ""
+                text = (
+                    f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, "
+                    f"depletes at {_when(estimate.at)}{clamp} ({estimate.denom}, by {estimate.source})"
+                )
+        out.append(Note(text, self.tenant))
+        self._verdict(message.cycle, out, text, closing)
+
+    def _verdict(self, cycle: int, out: list[Effect], text: str, closing: tuple[str, ...] = ()) -> None:
+        out.append(
+            Send(
+                SCHEDULER,
+                TenantChecked(
+                    cycle=cycle,
+                    tenant=self.tenant,
+                    depletion_at=self.depletion_at,
+                    recheck_at=self.recheck_at,
+                    closing=closing,
+                    note=text,
+                ),
+            )
+        )
