@@ -25,7 +25,7 @@ from typing import Any
 
 from actors.depletion import Estimate, burn_estimate, chain_estimate, earliest
 from actors.effects import Effect, Note, Send
-from messages.chain import Lease
+from messages.chain import CreditEstimate, Lease
 from messages.coins import coins, coins_to_dict, format_coins
 from messages.credit import (
     CloseFailed,
@@ -162,16 +162,28 @@ class TenantCredit:
                 denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
         return denoms
 
-    def _exhausted(self, balances: dict[str, int]) -> bool:
-        """Credit gone: a denom our leases are charged in is at zero.
+    def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> str:
+        """Why the credit is gone ("" while it is not).
 
-        With lease details unknown (restored, not yet re-read) only an empty
-        balance counts as gone.
+        Gone: a denom our leases are charged in is at zero, either settled
+        (the account) or once every provider's unsettled accrual is counted
+        (the chain's estimate). Without the second, a tenant whose credit
+        other providers have already used up would look alive until they
+        settle, and its near-past depletion would wake a paid withdraw every
+        ``depletion_check_buffer``. With lease details unknown (restored, not
+        yet re-read) only an empty balance counts as gone.
         """
         charged = self._charged_denoms()
         if not charged:
-            return not any(balances.values())
-        return any(balances.get(d, 0) <= 0 for d in charged)
+            return "" if any(balances.values()) else "balance zero"
+        if any(balances.get(d, 0) <= 0 for d in charged):
+            return "balance zero"
+        if estimate is not None and estimate.total_rate_per_second:
+            current = coins_to_dict(estimate.current_balance)
+            rated = {c.denom for c in estimate.total_rate_per_second if c.amount > 0}
+            if any(current.get(d, 0) <= 0 for d in charged & rated):
+                return "credit used up counting unsettled accrual"
+        return ""
 
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
         s = self.settings
@@ -197,7 +209,8 @@ class TenantCredit:
         self.consecutive_errs = 0
         balances = coins_to_dict(message.account.balances)
         closing: tuple[str, ...] = ()
-        if self._exhausted(balances):
+        gone = self._exhausted(balances, message.estimate)
+        if gone:
             if self.zero_since is None:
                 self.zero_since = now
             window_end = self.zero_since + s.credit_check_zero_grace_period
@@ -218,7 +231,7 @@ class TenantCredit:
             else:
                 self.recheck_at = min(now + s.credit_check_retry_interval, window_end)
                 text = (
-                    f"tenant {self.tenant}: balance zero since {_when(self.zero_since)}; grace window "
+                    f"tenant {self.tenant}: {gone} (since {_when(self.zero_since)}); grace window "
                     f"ends {_when(window_end)}, re-check at {_when(self.recheck_at)}"
                 )
             self.last_balances, self.last_sample_at = balances, now

@@ -318,3 +318,21 @@ def dead_letter(address: str, message: Any) -> None:
 
 
 __all__.append("ActorDeadError")
+
+
+def fan_out(*taps: DeliveryTap | None) -> DeliveryTap | None:
+    """One tap that calls each given tap (None entries are skipped)."""
+    live = [t for t in taps if t is not None]
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+
+    def tap(delivery: Delivery) -> None:
+        for t in live:
+            t(delivery)
+
+    return tap
+
+
+__all__.append("fan_out")

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""leasewarden: the provider sidecar's command line.
+
+    python run.py                  run the sidecar (embedded chain by default)
+    python run.py --duration 30m   ... and stop after 30 simulated minutes, with a summary
+    python run.py check-config     validate config.toml and print what is in force
+
+``python run.py COMMAND --help`` explains each command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from runtime.clock import Clock, RealClock  # noqa: E402
+from sidecar.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
+
+DEFAULT_CONFIG = ROOT / "config.toml"
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class SimTimeFormatter(logging.Formatter):
+    """Prefix each line with the clock's (simulated) time: decisions read in chain time."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = self.clock.now().strftime("%Y-%m-%d %H:%M:%S")
+        level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
+        return f"[{stamp}] {level}{record.getMessage()}"
+
+
+def _setup_logging(clock: Clock, level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(SimTimeFormatter(clock))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("leasewarden").setLevel(getattr(logging, level.upper()))
+
+
+def load(args: argparse.Namespace) -> Config:
+    overrides: dict[str, dict[str, object]] = {}
+    if getattr(args, "speed", None) is not None:
+        overrides.setdefault("demo", {})["speed"] = args.speed
+    return load_config(args.config, overrides)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runtime.dispatch import ThreadedDispatcher
+    from sidecar.runner import build, describe
+    from sidecar.summary import RunSummary
+
+    config = load(args)
+    speed = config.demo.speed if config.chain.mode != "node" else 1.0
+    clock = RealClock(speed=speed)
+    _setup_logging(clock, args.log_level)
+    log = logging.getLogger("leasewarden")
+    summary = RunSummary()
+    dispatcher = ThreadedDispatcher(clock.now, workers=2, tap=summary)
+    running = build(config, clock, dispatcher)
+    for line in describe(running):
+        log.info(line)
+    s = config.scheduler
+    log.info(
+        f"withdraw every {format_duration(s.withdraw_interval)}, check every "
+        f"{format_duration(s.check_interval)}, zero-balance grace {format_duration(s.credit_check_zero_grace_period)}; "
+        f"clock runs {speed:g}x"
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    started = clock.now()
+    try:
+        running.sidecar.withdraw_once()
+        running.sidecar.start()
+        if running.world is not None:
+            running.world.start()
+        wait = None if args.duration is None else args.duration.total_seconds() / speed
+        done.wait(wait)
+    finally:
+        watched = len(running.sidecar.scheduler_core.tenants)
+        running.close()
+        dispatcher.shutdown()
+        clock.close()
+    log.info(f"stopped after {format_duration(clock.now() - started)} of chain time")
+    for line in summary.lines():
+        log.info(line)
+    log.info(f"tenants watched at the end: {watched}")
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = load(args)
+    print(f"{config.source}: ok")
+    for name, values in config.effective().items():
+        print(f"[{name}]")
+        for key, value in values.items():
+            print(f"  {key} = {value!r}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run.py",
+        description=(
+            "leasewarden: withdraws a Manifest provider's lease fees on a schedule, watches every "
+            "tenant's credit and closes the leases of tenants whose credit is gone, and keeps the books."
+        ),
+    )
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="configuration file (default: %(default)s)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the sidecar (the default command)", description=(
+        "Run the sidecar. With the shipped config.toml it runs on the embedded chain seeded with demo "
+        "tenants, on an accelerated clock, printing one line per decision."))
+    run.add_argument("--duration", type=_duration, default=None,
+                     help="stop after this much simulated time (e.g. 30m, 2h) and print a summary; "
+                          "default: run until Ctrl-C")
+    run.add_argument("--speed", type=float, default=None,
+                     help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
+    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                     help="detail of the decision log (default: %(default)s)")
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check-config", help="validate the configuration and print what is in force",
+                           description="Validate the configuration file and print every setting in force "
+                                       "(secrets left out). Exit status 2 on a bad value.")
+    check.set_defaults(func=cmd_check_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    commands = p._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    # `run` is the default command: `python run.py --duration 5m` means `run --duration 5m`.
+    if not any(a in commands for a in argv) and not {"-h", "--help"} & set(argv):
+        argv = _insert_run(argv)
+    args = p.parse_args(argv)
+    if not getattr(args, "func", None):
+        p.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _insert_run(argv: list[str]) -> list[str]:
+    """Put `run` after the global options (only --config takes a value)."""
+    out = list(argv)
+    i = 0
+    while i < len(out) and (out[i] == "--config" or out[i].startswith("--config=")):
+        i += 2 if out[i] == "--config" else 1
+    return out[:i] + ["run"] + out[i:]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""What a run did, counted from the messages it delivered (for ``--duration``'s summary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from messages.coins import Coin, add_coins, format_coins
+from messages.credit import CreditReadFailed
+from messages.scheduler import ClosuresFlushed, LeaseEventReceived, TenantChecked, WithdrawFinished
+from runtime.dispatch import Delivery
+
+__all__ = ["RunSummary"]
+
+
+@dataclass
+class RunSummary:
+    withdraw_cycles: int = 0
+    withdraw_pages: int = 0
+    withdrawn: tuple[Coin, ...] = ()
+    withdraw_errors: int = 0
+    credit_checks: int = 0
+    failed_reads: int = 0
+    closed: set[str] = field(default_factory=set)
+    already_closed: set[str] = field(default_factory=set)
+    failed_closes: int = 0
+    lease_events: int = 0
+
+    def __call__(self, d: Delivery) -> None:
+        m = d.message
+        if isinstance(m, WithdrawFinished):
+            self.withdraw_cycles += 1
+            self.withdraw_pages += m.pages
+            self.withdrawn = add_coins(self.withdrawn, m.total_amounts)
+            self.withdraw_errors += m.error is not None
+        elif isinstance(m, TenantChecked):
+            self.credit_checks += 1
+        elif isinstance(m, CreditReadFailed):
+            self.failed_reads += 1
+        elif isinstance(m, ClosuresFlushed):
+            self.closed.update(m.closed)
+            self.already_closed.update(m.already_closed)
+            self.failed_closes += len(m.failed)
+        elif isinstance(m, LeaseEventReceived):
+            self.lease_events += 1
+
+    def lines(self) -> list[str]:
+        return [
+            f"withdraw cycles: {self.withdraw_cycles} ({self.withdraw_pages} pages, "
+            f"{self.withdraw_errors} ended early), withdrawn {format_coins(self.withdrawn)}",
+            f"credit checks: {self.credit_checks} ({self.failed_reads} failed reads)",
+            f"leases closed by us: {len(self.closed)}; found already closed: {len(self.already_closed)}; "
+            f"failed closes: {self.failed_closes}",
+            f"lease events received: {self.lease_events}",
+        ]
