@@ -207,7 +207,8 @@ class TenantCredit:
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
         self.consecutive_errs = 0
-        balances = coins_to_dict(message.account.balances)
+        # Zero amounts dropped: a missing denom and a zero one mean the same.
+        balances = {d: a for d, a in coins_to_dict(message.account.balances).items() if a}
         closing: tuple[str, ...] = ()
         gone = self._exhausted(balances, message.estimate)
         if gone:

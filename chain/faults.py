@@ -21,6 +21,8 @@ __all__ = ["Faults"]
 @dataclass
 class _Rule:
     fail_next: int = 0
+    #: calls to let through before ``fail_next`` starts failing
+    fail_after: int = 0
     error: Callable[[], ChainError] | None = None
     fail_rate: float = 0.0
     latency: float = 0.0
@@ -47,11 +49,14 @@ class Faults:
     def _rule(self, operation: str) -> _Rule:
         return self._rules.setdefault(operation, _Rule())
 
-    def fail(self, operation: str, times: int = 1, error: Callable[[], ChainError] | None = None) -> None:
-        """The next ``times`` calls of ``operation`` raise ``error()`` (default: node unavailable)."""
+    def fail(
+        self, operation: str, times: int = 1, error: Callable[[], ChainError] | None = None, after: int = 0
+    ) -> None:
+        """After ``after`` more calls, ``times`` calls of ``operation`` raise ``error()`` (default: node unavailable)."""
         with self._lock:
             rule = self._rule(operation)
             rule.fail_next += times
+            rule.fail_after = after
             rule.error = error
 
     def fail_rate(self, operation: str, rate: float, only: frozenset[str] = frozenset()) -> None:
@@ -109,7 +114,9 @@ class Faults:
         if rule.latency:
             time.sleep(rule.latency)
         with self._lock:
-            if rule.fail_next > 0:
+            if rule.fail_after > 0:
+                rule.fail_after -= 1
+            elif rule.fail_next > 0:
                 rule.fail_next -= 1
                 raise (rule.error or (lambda: _unavailable(operation)))()
             if rule.fail_rate and (not rule.only or subject in rule.only):

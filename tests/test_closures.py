@@ -1,0 +1,76 @@
+"""Closure rounds: batches of 100, already-closed leases dropped, a syncing node waits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.closures import CloseRound, plan_batches
+from actors.effects import Send
+from chain.errors import BILLING, LEASE_NOT_ACTIVE
+from messages.chain import ChainFailure, CloseOutcome, NodeStatus
+from messages.chain_actor import (
+    CloseBatchAnswered,
+    CloseBatchCall,
+    LeaseCheckAnswered,
+    LeaseCheckCall,
+    NodeStatusAnswered,
+)
+from messages.credit import CloseFailed, CloseRequested, LeasesClosed
+from messages.scheduler import ClosuresFlushed
+from runtime.clock import utc
+from tests.support import settings
+
+T0 = utc(2026, 3, 1)
+S = settings()
+FRESH = NodeStatus(100, T0, False)
+
+
+def msgs(effects, kind):
+    return [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
+
+
+def test_batches_hold_at_most_100_and_one_reason() -> None:
+    reqs = [CloseRequested(1, f"t{i}", tuple(f"l{i}-{j}" for j in range(30)), "credit depleted") for i in range(7)]
+    reqs.append(CloseRequested(1, "tx", ("lx",), "other reason"))
+    batches = plan_batches(reqs)
+    assert [len(b) for _, b in batches] == [100, 100, 10, 1]
+    assert {r for r, _ in batches} == {"credit depleted", "other reason"}
+    assert sorted(u for _, b in batches for u in b) == sorted(u for r in reqs for u in r.lease_uuids)
+
+
+def test_batch_with_an_already_closed_lease_still_closes_the_rest() -> None:
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r"), CloseRequested(5, "t2", ("c",), "r")])
+    rnd.begin()
+    (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
+    assert call.lease_uuids == ("a", "b", "c")
+    gone = ChainFailure("close_leases", "lease b is not active", BILLING, LEASE_NOT_ACTIVE)
+    (check,) = msgs(rnd.on_batch(CloseBatchAnswered(1, 1, call.lease_uuids, error=gone), T0), LeaseCheckCall)
+    (again,) = msgs(rnd.on_check(LeaseCheckAnswered(1, 1, ("a", "c")), T0), CloseBatchCall)
+    assert again.lease_uuids == ("a", "c")
+    out = rnd.on_batch(CloseBatchAnswered(1, 1, ("a", "c"), outcome=CloseOutcome(2, ("TX",))), T0)
+    closed = msgs(out, LeasesClosed)
+    assert LeasesClosed("t1", ("a",), "r", ("TX",)) in closed
+    assert LeasesClosed("t1", ("b",), "r", (), already_closed=True) in closed
+    assert LeasesClosed("t2", ("c",), "r", ("TX",)) in closed
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert (flushed.closed, flushed.already_closed, flushed.failed) == (("a", "c"), ("b",), ())
+    assert rnd.finished
+
+
+def test_a_failed_batch_tells_each_tenant() -> None:
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r")])
+    rnd.on_status(NodeStatusAnswered(1, FRESH), T0)
+    err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
+    out = rnd.on_batch(CloseBatchAnswered(1, 1, ("a",), error=err), T0)
+    assert msgs(out, CloseFailed) == [CloseFailed("t1", ("a",), err, None)]
+    assert msgs(out, ClosuresFlushed)[0].failed == ("a",)
+
+
+def test_a_syncing_or_lagging_node_closes_nothing() -> None:
+    for status in (NodeStatus(100, T0, True), NodeStatus(100, T0 - S.max_node_lag - timedelta(seconds=1), False)):
+        rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r")])
+        out = rnd.on_status(NodeStatusAnswered(1, status), T0)
+        assert not msgs(out, CloseBatchCall)
+        (failed,) = msgs(out, CloseFailed)
+        assert failed.retry_at == T0 + S.credit_check_retry_interval
+        assert "balances may be stale" in failed.error.message

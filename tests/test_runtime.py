@@ -1,0 +1,133 @@
+"""The clock and the pooled actor runtime."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pykka
+import pytest
+
+from runtime.clock import ManualClock, RealClock, utc
+from runtime.dispatch import Delivery, ManualDispatcher, PooledActor, ThreadedDispatcher, sending_as
+from runtime.router import Router
+from tests.support import probe
+
+
+def test_manual_clock_fires_due_timers_in_time_order_at_their_time() -> None:
+    clock = ManualClock(utc(2026, 1, 1))
+    seen: list[tuple[str, Any]] = []
+    clock.call_at(utc(2026, 1, 1, 0, 0, 30), lambda: seen.append(("b", clock.now())))
+    clock.call_at(utc(2026, 1, 1, 0, 0, 10), lambda: seen.append(("a", clock.now())))
+    late = clock.call_at(utc(2026, 1, 1, 0, 5), lambda: seen.append(("late", clock.now())))
+    cancelled = clock.call_at(utc(2026, 1, 1, 0, 0, 20), lambda: seen.append(("x", clock.now())))
+    cancelled.cancel()
+    clock.advance(timedelta(minutes=1))
+    assert seen == [("a", utc(2026, 1, 1, 0, 0, 10)), ("b", utc(2026, 1, 1, 0, 0, 30))]
+    assert clock.now() == utc(2026, 1, 1, 0, 1)
+    assert clock.next_timer() == late.when
+
+
+def test_accelerated_clock_runs_speed_times_faster_and_fires_timers() -> None:
+    clock = RealClock(speed=1000.0, start=utc(2026, 1, 1))
+    try:
+        fired = threading.Event()
+        clock.call_at(utc(2026, 1, 1, 0, 0, 50), fired.set)  # 50 simulated s = 0.05 real s
+        assert fired.wait(2.0)
+        assert clock.now() >= utc(2026, 1, 1, 0, 0, 50)
+    finally:
+        clock.close()
+
+
+class Counter(PooledActor):
+    def __init__(self, dispatcher: Any, address: str) -> None:
+        super().__init__(dispatcher, address)
+        self.handled: list[Any] = []
+        self.active = 0
+        self.max_active = 0
+
+    def on_receive(self, message: Any) -> Any:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.handled.append(message)
+        self.active -= 1
+        return message
+
+
+def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    ref = Counter.start(d, "c")
+    for i in range(200):
+        ref.tell(i)
+    future = ref.ask("last", block=False)
+    assert d.wait(future) == "last"
+    actor = ref.actor_inbox.actor  # type: ignore[attr-defined]
+    assert actor.handled == list(range(200)) + ["last"]
+    assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is ref
+    ref.stop(block=False)
+    d.run_until_idle()
+    assert not ref.is_alive()
+
+
+def test_threaded_dispatcher_runs_each_actor_one_message_at_a_time() -> None:
+    clock = ManualClock()
+    d = ThreadedDispatcher(clock.now, workers=2, throughput=3)
+    try:
+        refs = [Counter.start(d, f"c{i}") for i in range(20)]
+        for r in refs:
+            for j in range(50):
+                r.tell(j)
+        for r in refs:
+            assert r.ask("done", timeout=5) == "done"
+        for r in refs:
+            actor = r.actor_inbox.actor  # type: ignore[attr-defined]
+            assert actor.handled == list(range(50)) + ["done"]
+            assert actor.max_active == 1
+    finally:
+        pykka.ActorRegistry.stop_all()
+        d.shutdown()
+
+
+def test_deliveries_name_sender_recipient_and_cause() -> None:
+    clock = ManualClock(utc(2026, 2, 1))
+    taps: list[Delivery] = []
+    d = ManualDispatcher(clock.now, tap=taps.append)
+    router = Router()
+
+    class Relay(PooledActor):
+        def on_receive(self, message: Any) -> None:
+            router.tell("sink", ("relayed", message))
+            router.tell_at(clock, utc(2026, 2, 1, 0, 1), "sink", "timer")
+
+    router.add("relay", Relay.start(d, "relay"))
+    probe(router, d, "sink")
+    with sending_as("operator"):
+        router.tell("relay", "hello")
+    d.run_until_idle()
+    clock.advance(timedelta(minutes=1))  # the timer's time: delivered then
+    d.run_until_idle()
+    first, second, third = taps
+    assert (first.sender, first.recipient, first.cause, first.message) == ("operator", "relay", 0, "hello")
+    assert (second.sender, second.recipient, second.cause) == ("relay", "sink", first.seq)
+    assert (third.sender, third.cause, third.at) == ("clock", first.seq, utc(2026, 2, 1, 0, 1))
+
+
+def test_an_exception_in_a_told_message_stops_only_that_actor() -> None:
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+
+    class Fragile(PooledActor):
+        def on_receive(self, message: Any) -> None:
+            raise RuntimeError("boom")
+
+    fragile = Fragile.start(d, "fragile")
+    other = Counter.start(d, "other")
+    fragile.tell("x")
+    other.tell("y")
+    d.run_until_idle()
+    assert not fragile.is_alive()
+    assert other.is_alive()
+    with pytest.raises(pykka.ActorDeadError):
+        fragile.tell("again")

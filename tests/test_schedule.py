@@ -1,0 +1,206 @@
+"""The scheduler's decisions: wakes, rate limit, triggers, stop, tenant supervision, events."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.effects import Note, Retire, Send, Spawn
+from actors.schedule import SchedulerDecisions, next_wake
+from messages.chain import Lease
+from messages.chain_actor import ActiveLeasesCall, CreditCall, FlushClosures, WithdrawRequested
+from messages.credit import LeaseGone, LeaseOpened, LeasesSynced
+from messages.lease_events import LeaseEvent
+from messages.scheduler import (
+    ActiveLeasesRead,
+    ClosuresFlushed,
+    CycleDeadline,
+    LeaseEventReceived,
+    Reconcile,
+    RunCycle,
+    StartSchedule,
+    StopSchedule,
+    TenantChecked,
+    TriggerWithdraw,
+    Wake,
+    WithdrawFinished,
+)
+from runtime.clock import utc
+from tests.support import OTHER, PROVIDER, item, settings
+
+T0 = utc(2026, 3, 1)
+
+
+def msgs(effects, kind):
+    return [e for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
+
+
+def lease(uuid: str, tenant: str) -> Lease:
+    return Lease(uuid, tenant, PROVIDER, (item(1),))
+
+
+def run_cycle(core: SchedulerDecisions, now, leases, verdicts=None) -> list:
+    """Drive one cycle through the core with the given chain answers. Returns all effects."""
+    out: list = []
+    c = core.cycle
+    assert c is not None
+    if c.withdraw:
+        out += core.handle(WithdrawFinished(c.id, 1, (), 0, ()), now)
+    out += core.handle(ActiveLeasesRead(c.id, tuple(leases)), now)
+    for call in msgs(out, CreditCall):
+        v = (verdicts or {}).get(call.message.tenant, {})
+        out += core.handle(TenantChecked(c.id, call.message.tenant, **v), now)
+    return out
+
+
+def test_next_wake_takes_the_earliest_reason() -> None:
+    s = settings()
+    due = T0 + timedelta(hours=1)
+    assert next_wake(T0, s, due, None, None) == (due, "interval")
+    assert next_wake(T0, s, due, T0 + timedelta(minutes=10), None) == (T0 + timedelta(minutes=10) - s.depletion_check_buffer, "depletion")
+    # a depletion already (nearly) past: now + buffer
+    assert next_wake(T0, s, due, T0 + timedelta(seconds=5), None) == (T0 + s.depletion_check_buffer, "depletion")
+    assert next_wake(T0, s, due, T0 + timedelta(minutes=10), T0 + timedelta(seconds=30)) == (T0 + timedelta(seconds=30), "recheck")
+    short = settings(credit_check_interval="10m")
+    assert next_wake(T0, short, due, None, None) == (T0 + timedelta(minutes=10), "check")
+
+
+def test_start_schedules_the_first_withdraw_an_interval_away() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    out = core.handle(StartSchedule(), T0)
+    (wake,) = msgs(out, Wake)
+    assert wake.at == T0 + timedelta(hours=1) and wake.message.reason == "interval"
+
+
+def test_shorter_check_interval_keeps_the_paid_withdraw_rate_limited() -> None:
+    core = SchedulerDecisions(settings(credit_check_interval="15m"), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    core.handle(RunCycle(), T0)
+    out = run_cycle(core, T0, [lease("l1", "t1")])
+    seen = []
+    for _ in range(5):
+        (wake,) = msgs(out, Wake)
+        out = core.handle(wake.message, wake.at)
+        withdrew = bool(msgs(out, WithdrawRequested))
+        seen.append((wake.at - T0, wake.message.reason, withdrew))
+        out = run_cycle(core, wake.at, [lease("l1", "t1")])
+    m = timedelta(minutes=1)
+    assert seen == [
+        (15 * m, "check", False),
+        (30 * m, "check", False),
+        (45 * m, "check", False),
+        (60 * m, "interval", True),
+        (75 * m, "check", False),
+    ]
+
+
+def test_a_wake_with_an_old_token_does_nothing() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    assert core.handle(Wake("interval", core.wake_token - 1), T0 + timedelta(hours=1)) == []
+
+
+def test_depletion_wake_withdraws_and_recheck_wake_reads_only_the_tenants_due() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    core.handle(RunCycle(), T0)
+    out = run_cycle(
+        core,
+        T0,
+        [lease("l1", "t1"), lease("l2", "t2")],
+        {"t1": {"depletion_at": T0 + timedelta(minutes=5)}, "t2": {"recheck_at": T0 + timedelta(seconds=30)}},
+    )
+    (wake,) = msgs(out, Wake)
+    assert (wake.at, wake.message.reason) == (T0 + timedelta(seconds=30), "recheck")
+    out = core.handle(wake.message, wake.at)
+    assert not msgs(out, WithdrawRequested) and not msgs(out, ActiveLeasesCall)
+    assert [c.message.tenant for c in msgs(out, CreditCall)] == ["t2"]
+    out = core.handle(TenantChecked(core.cycle.id, "t2"), wake.at)
+    (wake,) = msgs(out, Wake)
+    assert (wake.at, wake.message.reason) == (T0 + timedelta(minutes=5, seconds=-10), "depletion")
+    out = core.handle(wake.message, wake.at)
+    assert msgs(out, WithdrawRequested)
+
+
+def test_no_leases_clears_state_and_retires_monitors() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    out = run_cycle(core, T0, [lease("l1", "t1"), lease("l2", "t2")])
+    assert sorted(e.tenant for e in out if isinstance(e, Spawn)) == ["t1", "t2"]
+    core.handle(TriggerWithdraw("test"), T0)
+    out = run_cycle(core, T0, [])
+    assert sorted(e.tenant for e in out if isinstance(e, Retire)) == ["t1", "t2"]
+    assert [m.message for m in msgs(out, LeasesSynced)] == [LeasesSynced(()), LeasesSynced(())]
+    assert core.tenants == {} and core.cycle is None
+
+
+def test_closures_are_flushed_once_every_tenant_answered() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    out = run_cycle(core, T0, [lease("l1", "t1"), lease("l2", "t2")], {"t1": {"closing": ("l1",)}})
+    (flush,) = msgs(out, FlushClosures)
+    assert core.cycle is not None and core.cycle.phase == "closing"
+    out = core.handle(ClosuresFlushed(flush.message.cycle, closed=("l1",)), T0)
+    assert [e.tenant for e in out if isinstance(e, Retire)] == ["t1"]
+    assert core.cycle is None
+
+
+def test_failed_closures_ask_for_a_recheck() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    run_cycle(core, T0, [lease("l1", "t1")], {"t1": {"closing": ("l1",)}})
+    core.handle(ClosuresFlushed(core.cycle.id, failed=("l1",)), T0)
+    assert core.tenants["t1"].recheck_at == T0 + settings().credit_check_retry_interval
+
+
+def test_trigger_during_a_cycle_runs_right_after_it_and_is_ignored_after_stop() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    core.handle(RunCycle(), T0)
+    core.handle(TriggerWithdraw("listener"), T0)
+    out = run_cycle(core, T0, [lease("l1", "t1")])
+    assert msgs(out, WithdrawRequested)  # the queued trigger, at once
+    core.handle(StopSchedule(), T0)
+    out = core.handle(TriggerWithdraw("operator"), T0)
+    assert not msgs(out, WithdrawRequested)
+    assert any(isinstance(e, Note) and "ignored" in e.text for e in out)
+
+
+def test_stop_ends_the_schedule() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    token = core.wake_token
+    core.handle(StopSchedule(), T0)
+    assert core.handle(Wake("interval", token), T0 + timedelta(hours=1)) == []
+    assert core.handle(Reconcile("listener"), T0) == []
+
+
+def test_cycle_deadline_goes_on_without_silent_tenants() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    core.handle(WithdrawFinished(1, 1, (), 0, ()), T0)
+    core.handle(ActiveLeasesRead(1, (lease("l1", "t1"),)), T0)
+    out = core.handle(CycleDeadline(1), T0 + timedelta(minutes=5))
+    assert core.cycle is None and any(isinstance(e, Note) and "did not answer" in e.text for e in out)
+
+
+def test_lease_events_update_monitors_at_once() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    out = core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l9", "t9", PROVIDER)), T0)
+    (spawn,) = [e for e in out if isinstance(e, Spawn)]
+    assert spawn.tenant == "t9" and isinstance(spawn.first[0], LeaseOpened)
+    out = core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l10", "t9", PROVIDER)), T0)
+    assert [m.message.lease.uuid for m in msgs(out, LeaseOpened)] == ["l10"]
+    out = core.handle(LeaseEventReceived(LeaseEvent("closed", "l9", "t9", PROVIDER)), T0)
+    assert msgs(out, LeaseGone)[0].message == LeaseGone("l9", "closed")
+    out = core.handle(LeaseEventReceived(LeaseEvent("expired", "l10", "t9", PROVIDER)), T0)
+    assert [e.tenant for e in out if isinstance(e, Retire)] == ["t9"]
+
+
+def test_another_providers_auto_close_of_a_shared_tenant_triggers_a_withdraw() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t1", OTHER, "credit_exhausted")), T0)
+    assert msgs(out, WithdrawRequested)
+    # a tenant we do not serve: nothing
+    core2 = SchedulerDecisions(settings(), PROVIDER)
+    assert not msgs(core2.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t7", OTHER)), T0), WithdrawRequested)

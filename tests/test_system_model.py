@@ -1,0 +1,241 @@
+"""Whole cycles through the real actors on the chain model (manual clock and dispatcher)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from chain.errors import ChainError
+from chain.model import CREDIT_EXHAUSTED
+from chain.model_client import ModelChainClient
+from messages.coins import Coin
+from runtime.dispatch import ThreadedDispatcher
+from runtime.clock import RealClock
+from sidecar.app import Sidecar
+from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, item, settings, world
+
+
+def test_paged_withdraw_drains_every_lease_through_the_cursor(clock) -> None:
+    w = world(clock, withdraw_limit=2)
+    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    leases = [w.model.create_lease("t1", PROVIDER, [item(3)]) for _ in range(5)]
+    clock.advance(100)
+    assert w.sidecar.withdraw_once()
+    assert w.client.calls["withdraw_by_provider"] == 3  # 2 + 2 + 1
+    assert w.model.balance("t1")["umfx"] == 10**9 - 5 * 300
+    for lease in leases:
+        assert w.model.lease(lease.uuid).last_settled_at == clock.now()
+
+
+def test_withdraw_stops_at_the_page_bound(clock) -> None:
+    w = world(clock, withdraw_limit=2, max_withdraw_iterations=2)
+    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    for _ in range(5):
+        w.model.create_lease("t1", PROVIDER, [item(3)])
+    clock.advance(100)
+    w.sidecar.withdraw_once()
+    assert w.client.calls["withdraw_by_provider"] == 2
+    assert w.model.balance("t1")["umfx"] == 10**9 - 4 * 300  # one lease left for the next cycle
+
+
+def test_an_error_mid_pages_ends_the_withdraw_after_retries_and_the_check_goes_on(clock) -> None:
+    w = world(clock, withdraw_limit=2, max_retries=3)
+    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    for _ in range(5):
+        w.model.create_lease("t1", PROVIDER, [item(3)])
+    clock.advance(100)
+    w.client.faults.fail("withdraw_by_provider", times=3, after=1)
+    w.sidecar.trigger_withdraw()
+    w.run_for(30)  # backoff 1 s + 2 s
+    assert w.client.calls["withdraw_by_provider"] == 4  # page 1, then page 2 three times
+    assert w.model.balance("t1")["umfx"] == 10**9 - 2 * 300
+    assert w.client.calls["credit_account"] == 1  # the credit check still ran
+
+
+def test_exhausted_tenant_is_closed_after_the_grace_window_and_not_before(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
+    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    # Another provider's lease uses the credit up without settling it.
+    w.model.create_lease("t1", OTHER, [item(100)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(15)  # 1,500 accrued elsewhere > 1,000: credit gone counting unsettled accrual
+    w.sidecar.trigger_withdraw("test")
+    w.run_for(1)
+    zero_since = w.sidecar.scheduler_core.tenants["t1"].recheck_at
+    assert zero_since is not None
+    w.run_for(4 * 60)
+    assert w.model.lease(ours.uuid).state == "ACTIVE"
+    w.run_for(70)
+    closed = w.model.lease(ours.uuid)
+    assert closed.state == "CLOSED" and closed.closure_reason == "credit depleted"
+    assert "t1" not in w.sidecar.scheduler_core.tenants
+
+
+def test_recovery_during_the_window_keeps_the_leases(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
+    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    other = w.model.create_lease("t1", OTHER, [item(100)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(15)
+    w.sidecar.trigger_withdraw("test")
+    w.run_for(60)
+    w.model.close_leases(OTHER_ADDRESS, [other.uuid])  # settles what it owed
+    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    w.run_for(10 * 60)
+    assert w.model.lease(ours.uuid).state == "ACTIVE"
+
+
+def test_failed_close_is_retried_at_the_next_check_without_a_new_window(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
+    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.create_lease("t1", OTHER, [item(100)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(15)
+    w.sidecar.trigger_withdraw("test")
+    w.run_for(1)
+    window_start = clock.now()
+    w.client.faults.fail("close_leases", times=1)
+    w.run_for(5 * 60 + 5)
+    assert w.client.calls["close_leases"] == 1 and w.model.lease(ours.uuid).state == "ACTIVE"
+    w.run_for(30)  # one retry interval: closed at once, no new five-minute window
+    closed = w.model.lease(ours.uuid)
+    assert closed.state == "CLOSED" and closed.closed_at < window_start + timedelta(minutes=6)
+
+
+def test_failing_reads_schedule_early_rechecks_and_close_nothing(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.client.faults.fail_rate("credit_account", 1.0)
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(3 * 60)
+    assert w.client.calls["credit_account"] == 1  # below the threshold: the next check is the hourly one
+    w.sidecar.trigger_withdraw()
+    w.sidecar.trigger_withdraw()
+    w.run_for(1)
+    assert w.client.calls["credit_account"] == 3  # the threshold
+    w.run_for(95)
+    assert w.client.calls["credit_account"] == 6  # early re-checks every 30 s
+    assert w.client.calls.get("close_leases", 0) == 0
+    assert w.model.lease(ours.uuid).state == "ACTIVE"
+    w.client.faults.clear()
+    w.run_for(30)
+    assert w.sidecar.scheduler_core.tenants["t1"].recheck_at is None  # a good read ends the streak
+
+
+def test_huge_balance_with_a_tiny_burn_does_not_overflow(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 2**250)])
+    w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(3 * 3600)
+    dep = w.sidecar.scheduler_core.tenants["t1"].depletion_at
+    assert dep is not None and dep.year < 2100
+
+
+def test_batch_with_an_already_closed_lease_still_closes_the_rest(clock) -> None:
+    w = world(clock, events=False)
+    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
+    a = w.model.create_lease("t1", PROVIDER, [item(1)])
+    b = w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.create_lease("t1", OTHER, [item(100)])
+    original = ModelChainClient.close_leases
+
+    def close_after_tenant_closed_one(self, lease_uuids, reason):  # type: ignore[no-untyped-def]
+        if w.model.lease(a.uuid).state == "ACTIVE":
+            w.model.close_leases("t1", [a.uuid], "tenant left")  # the tenant beats us to it
+        return original(self, lease_uuids, reason)
+
+    w.client.close_leases = close_after_tenant_closed_one.__get__(w.client)  # type: ignore[method-assign]
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(15)
+    w.sidecar.trigger_withdraw("test")
+    w.run_for(6 * 60)
+    assert w.model.lease(a.uuid).closure_reason == "tenant left"
+    assert w.model.lease(b.uuid).state == "CLOSED" and w.model.lease(b.uuid).closure_reason == "credit depleted"
+
+
+def test_another_providers_auto_close_triggers_our_withdraw_and_our_leases_close(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 10_000)])
+    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.create_lease("t1", OTHER, [item(100)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    clock.advance(200)  # 20,000 accrued at the other provider
+    withdraws = w.client.calls["withdraw_by_provider"]
+    w.model.withdraw(OTHER_ADDRESS, provider_uuid=OTHER)  # exhausts t1, auto-closes the other lease
+    w.sidecar.settle()
+    assert w.client.calls["withdraw_by_provider"] == withdraws + 1  # triggered, not waiting an hour
+    lease = w.model.lease(ours.uuid)
+    assert lease.state == "CLOSED" and lease.closure_reason == CREDIT_EXHAUSTED
+    assert "t1" not in w.sidecar.scheduler_core.tenants
+
+
+def test_new_lease_event_starts_a_monitor_at_once(clock) -> None:
+    w = world(clock)
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    assert w.sidecar.tenant_count() == 0
+    w.model.fund_credit("t5", [Coin("umfx", 10**6)])
+    w.model.create_lease("t5", PROVIDER, [item(1)])
+    w.sidecar.settle()
+    assert w.sidecar.tenant_count() == 1
+
+
+def test_trigger_after_stop_is_ignored_and_stop_ends_start(clock) -> None:
+    w = world(clock)
+    w.model.fund_credit("t1", [Coin("umfx", 10**6)])
+    w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.sidecar.start()
+    w.sidecar.stop()
+    assert w.sidecar.trigger_withdraw() is False
+    clock.advance(timedelta(hours=5))
+    w.sidecar.settle()
+    assert w.client.calls.get("withdraw_by_provider", 0) == 0
+    assert w.sidecar.tenant_count() == 0 and not w.sidecar.scheduler.is_alive()
+
+
+def test_stop_releases_a_stalled_chain_call_promptly() -> None:
+    clock = RealClock()
+    dispatcher = ThreadedDispatcher(clock.now, workers=2)
+    from chain.model import BillingModel
+
+    model = BillingModel(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    model.fund_credit("t1", [Coin("umfx", 10**6)])
+    model.create_lease("t1", PROVIDER, [item(1)])
+    client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
+    client.faults.stall("withdraw_by_provider")
+    sidecar = Sidecar(
+        clock=clock, dispatcher=dispatcher, client=client, settings=settings(), provider_uuid=PROVIDER,
+        on_stop=[client.close],
+    )
+    try:
+        sidecar.trigger_withdraw()
+        deadline = time.monotonic() + 5
+        while client.calls.get("withdraw_by_provider", 0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.calls["withdraw_by_provider"] == 1  # now blocked inside the chain call
+        t = time.monotonic()
+        sidecar.stop(timeout=5)
+        assert time.monotonic() - t < 2.0
+        assert not sidecar.chain_io.is_alive() and not sidecar.scheduler.is_alive()
+    finally:
+        dispatcher.shutdown()
+        clock.close()
+
+
+def test_chain_errors_are_classified() -> None:
+    assert ChainError("x", codespace="sdk", code=32).transient
+    assert not ChainError.billing(3, "not active").transient
+    assert ChainError.transport("timeout", may_have_committed=True).failure("withdraw").may_have_committed

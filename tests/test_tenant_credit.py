@@ -1,0 +1,178 @@
+"""The credit monitor's rules (TenantCredit), without threads or clocks."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from actors.effects import Send
+from actors.tenant_credit import TenantCredit
+from messages.chain import ChainFailure, CreditAccount, CreditEstimate, Lease
+from messages.coins import Coin
+from messages.credit import (
+    CloseFailed,
+    CloseRequested,
+    CreditRead,
+    CreditReadFailed,
+    LeasesClosed,
+    LeasesSynced,
+    TenantRestored,
+)
+from messages.ledger import TenantForgotten, TenantStateChanged
+from messages.scheduler import TenantChecked
+from runtime.clock import utc
+from tests.support import PROVIDER, item, settings
+
+T0 = utc(2026, 3, 1)
+S = settings()
+LEASES = (
+    Lease("l1", "t", PROVIDER, (item(2),)),
+    Lease("l2", "t", PROVIDER, (item(3, denom="upwr"),)),
+)
+
+
+def monitor() -> TenantCredit:
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced(LEASES), T0)
+    return m
+
+
+def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, estimate: CreditEstimate | None = None):
+    return m.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr))), estimate), at)
+
+
+def sent(effects, kind):
+    return [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
+
+
+def verdict(effects) -> TenantChecked:
+    (v,) = sent(effects, TenantChecked)
+    return v
+
+
+def test_failed_reads_never_close_and_ask_an_early_recheck_at_the_threshold() -> None:
+    m = monitor()
+    fail = CreditReadFailed(1, ChainFailure("credit_account", "unavailable", transient=True))
+    for n in (1, 2):
+        out = m.handle(fail, T0 + timedelta(seconds=n))
+        assert verdict(out).recheck_at is None and not sent(out, CloseRequested)
+        assert m.consecutive_errs == n
+    out = m.handle(fail, T0 + timedelta(seconds=3))
+    assert verdict(out).recheck_at == T0 + timedelta(seconds=3) + S.credit_check_retry_interval
+    assert not sent(out, CloseRequested)
+    read(m, T0 + timedelta(seconds=4), 1000)
+    assert m.consecutive_errs == 0  # a good read resets the streak
+
+
+def test_failed_reads_at_zero_balance_never_close_even_past_the_window() -> None:
+    m = monitor()
+    read(m, T0, 0)
+    fail = CreditReadFailed(1, ChainFailure("credit_account", "unavailable", transient=True))
+    out = m.handle(fail, T0 + S.credit_check_zero_grace_period * 2)
+    assert not sent(out, CloseRequested)
+    assert verdict(out).recheck_at is not None  # grace re-checks continue through a failed read
+
+
+def test_zero_balance_closes_only_after_the_whole_grace_window() -> None:
+    m = monitor()
+    out = read(m, T0, 0)
+    assert m.zero_since == T0 and not sent(out, CloseRequested)
+    assert verdict(out).recheck_at == T0 + S.credit_check_retry_interval
+    out = read(m, T0 + timedelta(minutes=4, seconds=59), 0)
+    assert not sent(out, CloseRequested)
+    assert verdict(out).recheck_at == T0 + S.credit_check_zero_grace_period  # not past the window end
+    out = read(m, T0 + S.credit_check_zero_grace_period, 0)
+    (req,) = sent(out, CloseRequested)
+    assert req.lease_uuids == ("l1", "l2") and req.reason == S.closure_reason
+    assert verdict(out).closing == ("l1", "l2")
+    # The close request goes out before the verdict, so the chain actor has it before the flush.
+    kinds = [type(e.message) for e in out if isinstance(e, Send)]
+    assert kinds.index(CloseRequested) < kinds.index(TenantChecked)
+
+
+def test_recovery_clears_the_window_and_restarts_the_baseline() -> None:
+    m = monitor()
+    read(m, T0, 0)
+    read(m, T0 + timedelta(minutes=2), 500)
+    assert m.zero_since is None and m.last_balances == {"umfx": 500, "upwr": 10**6}
+    assert m.last_sample_at == T0 + timedelta(minutes=2)
+    read(m, T0 + timedelta(minutes=3), 0)
+    assert m.zero_since == T0 + timedelta(minutes=3)  # a fresh window, not the old one
+    out = read(m, T0 + timedelta(minutes=7), 0)
+    assert not sent(out, CloseRequested)
+
+
+def test_zero_in_one_charged_denom_is_credit_gone() -> None:
+    m = monitor()
+    read(m, T0, umfx=10**9, upwr=0)
+    assert m.zero_since == T0
+
+
+def test_failed_close_keeps_the_window_so_the_next_check_closes_at_once() -> None:
+    m = monitor()
+    read(m, T0, 0)
+    end = T0 + S.credit_check_zero_grace_period
+    assert sent(read(m, end, 0), CloseRequested)
+    m.handle(CloseFailed("t", ("l1", "l2"), ChainFailure("close_leases", "out of gas")), end + timedelta(seconds=5))
+    assert m.zero_since == T0 and m.closing == ()
+    (req,) = sent(read(m, end + timedelta(seconds=30), 0), CloseRequested)
+    assert req.lease_uuids == ("l1", "l2")
+
+
+def test_closure_pending_is_not_requested_twice() -> None:
+    m = monitor()
+    read(m, T0, 0)
+    end = T0 + S.credit_check_zero_grace_period
+    assert sent(read(m, end, 0), CloseRequested)
+    assert not sent(read(m, end + timedelta(seconds=30), 0), CloseRequested)
+
+
+def test_depletion_uses_the_earlier_estimate_and_says_which() -> None:
+    m = monitor()
+    read(m, T0, 1000)
+    # burn: 100 used in 100 s -> 900 s left; the chain sees only 60 s left
+    est = CreditEstimate("t", (Coin("umfx", 60), Coin("upwr", 10**6)), (Coin("umfx", 1),), 60)
+    out = read(m, T0 + timedelta(seconds=100), 900, estimate=est)
+    v = verdict(out)
+    assert v.depletion_at == T0 + timedelta(seconds=160) and "chain estimate" in v.note
+    out = read(m, T0 + timedelta(seconds=200), 800)
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=200 + 800) and "burn rate" in verdict(out).note
+
+
+def test_unmoved_balance_keeps_the_older_baseline() -> None:
+    m = monitor()
+    read(m, T0, 1000)
+    read(m, T0 + timedelta(seconds=50), 1000)  # no settlement in between
+    out = read(m, T0 + timedelta(seconds=100), 900)
+    # 100 consumed over the whole 100 s, not over the last 50
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=100 + 900)
+
+
+def test_credit_used_up_by_unsettled_accrual_starts_the_window() -> None:
+    m = monitor()
+    est = CreditEstimate("t", (Coin("umfx", 0), Coin("upwr", 10**6)), (Coin("umfx", 5),), 0)
+    out = read(m, T0, 700, estimate=est)
+    assert m.zero_since == T0 and verdict(out).depletion_at is None
+    assert "unsettled accrual" in verdict(out).note
+
+
+def test_state_is_persisted_and_a_tenant_without_leases_is_forgotten() -> None:
+    m = TenantCredit("t", S)
+    out = m.handle(LeasesSynced(LEASES), T0)
+    (saved,) = sent(out, TenantStateChanged)
+    assert saved.snapshot.lease_uuids == ("l1", "l2")
+    out = m.handle(LeasesClosed("t", ("l1", "l2"), "credit depleted"), T0)
+    assert sent(out, TenantForgotten) == [TenantForgotten("t")]
+
+
+def test_restore_keeps_the_window_and_the_streak() -> None:
+    m = monitor()
+    read(m, T0, 0)
+    m.handle(CreditReadFailed(1, ChainFailure("x", "y")), T0 + timedelta(seconds=30))
+    snap = m.snapshot()
+    back = TenantCredit("t", S)
+    back.handle(TenantRestored(snap), T0 + timedelta(minutes=1))
+    assert (back.zero_since, back.consecutive_errs, back.last_balances) == (T0, 1, m.last_balances)
+    # unknown lease details after a restore: an empty balance still counts as gone
+    out = back.handle(CreditRead(2, CreditAccount("t", ())), T0 + S.credit_check_zero_grace_period)
+    (req,) = sent(out, CloseRequested)
+    assert req.lease_uuids == ("l1", "l2")

@@ -1,0 +1,101 @@
+"""Paging MsgWithdraw through next_key: bound, retries, and never re-driving a committed page."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.effects import Send
+from actors.withdraw_cycle import WithdrawCycle, backoff_delay
+from chain.errors import BILLING, NO_WITHDRAWABLE
+from messages.chain import ChainFailure, WithdrawPage
+from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
+from messages.coins import Coin
+from messages.ledger import WithdrawalRecorded
+from messages.scheduler import WithdrawFinished
+from runtime.clock import utc
+from tests.support import settings
+
+T0 = utc(2026, 3, 1)
+
+
+def page(n: int, next_key: bytes) -> WithdrawPage:
+    return WithdrawPage(f"TX{n}", (Coin("umfx", 10 * n),), 2, bool(next_key), next_key)
+
+
+def only(effects, kind):
+    return [e for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
+
+
+def test_pages_until_the_cursor_is_empty() -> None:
+    c = WithdrawCycle(1, settings())
+    (call,) = only(c.begin(), WithdrawPageCall)
+    assert call.message.key == b""
+    out = c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    (call,) = only(out, WithdrawPageCall)
+    assert (call.message.page, call.message.key) == (2, b"k1")
+    assert only(out, WithdrawalRecorded)[0].message.tx_hash == "TX1"
+    out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"")), T0)
+    (done,) = only(out, WithdrawFinished)
+    assert done.message.pages == 2 and done.message.total_amounts == (Coin("umfx", 30),)
+    assert done.message.withdrawal_count == 4 and not done.message.hit_page_bound and done.message.error is None
+
+
+def test_stops_at_the_page_bound_and_reports_it() -> None:
+    c = WithdrawCycle(1, settings(max_withdraw_iterations=2))
+    c.begin()
+    c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"k2")), T0)
+    assert not only(out, WithdrawPageCall)
+    (done,) = only(out, WithdrawFinished)
+    assert done.message.hit_page_bound and done.message.error is None and done.message.pages == 2
+
+
+def test_transient_error_retries_with_doubling_backoff_then_gives_up() -> None:
+    s = settings(max_retries=3, initial_backoff="1s", max_backoff="10s")
+    c = WithdrawCycle(1, s)
+    c.begin()
+    c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    err = ChainFailure("withdraw", "unavailable", transient=True)
+    out = c.answered(WithdrawPageAnswered(1, 2, 1, error=err), T0)
+    (retry,) = only(out, RetryWithdrawPage)
+    assert retry.at == T0 + timedelta(seconds=1) and retry.message == RetryWithdrawPage(1, 2, 2)
+    (again,) = only(c.retry(retry.message), WithdrawPageCall)
+    assert again.message.key == b"k1"  # the same page, the same cursor
+    out = c.answered(WithdrawPageAnswered(1, 2, 2, error=err), T0)
+    assert only(out, RetryWithdrawPage)[0].at == T0 + timedelta(seconds=2)
+    out = c.answered(WithdrawPageAnswered(1, 2, 3, error=err), T0)
+    (done,) = only(out, WithdrawFinished)
+    assert done.message.error == err and done.message.pages == 1  # error mid-pages ends the cycle
+
+
+def test_backoff_is_capped() -> None:
+    delays = [backoff_delay(a, timedelta(seconds=1), timedelta(seconds=10)) for a in range(1, 7)]
+    assert delays == [timedelta(seconds=s) for s in (1, 2, 4, 8, 10, 10)]
+
+
+def test_a_page_that_may_have_committed_is_never_sent_again() -> None:
+    c = WithdrawCycle(1, settings())
+    c.begin()
+    err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True)
+    out = c.answered(WithdrawPageAnswered(1, 1, 1, error=err), T0)
+    assert not only(out, RetryWithdrawPage) and not only(out, WithdrawPageCall)
+    assert only(out, WithdrawFinished)[0].message.error == err
+
+
+def test_permanent_error_is_not_retried_and_nothing_to_withdraw_is_not_an_error() -> None:
+    c = WithdrawCycle(1, settings())
+    c.begin()
+    out = c.answered(WithdrawPageAnswered(1, 1, 1, error=ChainFailure("withdraw", "unauthorized", "billing", 6)), T0)
+    assert only(out, WithdrawFinished)[0].message.error is not None and not only(out, RetryWithdrawPage)
+    c = WithdrawCycle(2, settings())
+    c.begin()
+    none = ChainFailure("withdraw", "no withdrawable amount", BILLING, NO_WITHDRAWABLE)
+    out = c.answered(WithdrawPageAnswered(2, 1, 1, error=none), T0)
+    assert only(out, WithdrawFinished)[0].message.error is None
+
+
+def test_stale_answers_and_retry_timers_are_ignored() -> None:
+    c = WithdrawCycle(1, settings())
+    c.begin()
+    assert c.answered(WithdrawPageAnswered(1, 1, 2, result=page(1, b"")), T0) == []
+    assert c.retry(RetryWithdrawPage(1, 1, 3)) == []
