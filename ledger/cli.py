@@ -1,0 +1,230 @@
+"""The ledger's commands: ``tick``, ``meter``, ``periods``, ``finalize``, ``statement``.
+
+``add_commands(subparsers, load_config)`` adds them to ``run.py``'s parser;
+each sets ``func`` to a handler taking the parsed arguments and returning the
+exit status. ``load_config(args)`` is ``run.py``'s: it turns the parsed
+arguments (its ``--config``) into a ``sidecar.config.Config``.
+
+``python -m ledger.cli`` runs the same commands on their own (with a
+``--config`` option), which is how the tests drive them.
+
+Exit status: 0 done; 1 a month failed (``tick``) or the command could not be
+done (the error says why on stderr); 2 bad arguments (a malformed month or
+timestamp shows the expected form); 130 stopped by Ctrl-C between months.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from ledger.metering import meter_month
+from ledger.periods import INSTANT_FORM, MONTH_FORM, Month, PeriodError, iso, parse_instant, parse_month
+from ledger.runs import Periods
+from ledger.schema import NewerSchemaError, NotALedgerError
+from ledger.settings import LedgerSettings, resolve_ledger_path
+from ledger.statements import write_csv, write_json
+from ledger.store import Ledger, LedgerError
+from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
+
+__all__ = ["add_commands", "main", "format_report", "open_ledger"]
+
+LoadConfig = Callable[[argparse.Namespace], Any]
+
+
+def _month_arg(text: str) -> Month:
+    try:
+        return parse_month(text)
+    except PeriodError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _instant_arg(text: str) -> datetime:
+    try:
+        return parse_instant(text)
+    except PeriodError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
+    """Add the ledger's subcommands to ``subparsers`` (from ``parser.add_subparsers()``)."""
+
+    def command(name: str, help: str, handler: Callable[[argparse.Namespace, Ledger, Any], int]) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help, description=help)
+        p.set_defaults(func=lambda args: _run(handler, args, load_config))
+        return p
+
+    p = command("tick", "walk the billing months that have ended and move each one step", _tick)
+    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601",
+                   help=f"the time to tick at ({INSTANT_FORM}); default: now")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+
+    p = command("meter", "meter one billing month now (writes its period row if missing)", _meter)
+    p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
+    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601", help=argparse.SUPPRESS)
+
+    command("periods", "list the stored billing months, their status and latest run", _periods)
+
+    p = command("finalize", "finalize a month over its latest completed run; it never changes again", _finalize)
+    p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
+    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601", help=argparse.SUPPRESS)
+
+    p = command("statement", "print a month's statement per tenant", _statement)
+    p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
+    p.add_argument("--tenant", metavar="ADDR", help="only this tenant (manifest1...)")
+    p.add_argument("--format", choices=("csv", "json"), default="csv", help="output format (default csv)")
+
+
+def open_ledger(config: Any) -> Ledger:
+    settings: LedgerSettings = config.ledger
+    path = resolve_ledger_path(settings, config.source)
+    if path is None:
+        raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
+    return Ledger.open(path, config.provider.uuid)
+
+
+def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argparse.Namespace, load_config: LoadConfig) -> int:
+    try:
+        config = load_config(args)
+        ledger = open_ledger(config)
+    except (LedgerError, NewerSchemaError, NotALedgerError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return handler(args, ledger, config)
+    except (LedgerError, MonthBusy, AlreadyMetered, RunFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        ledger.close()
+
+
+def _wall_now(args: argparse.Namespace) -> datetime:
+    # The edge of the program: the one place the wall clock is read.
+    return getattr(args, "now", None) or datetime.now(timezone.utc)
+
+
+_COLUMNS = ("month", "status", "transition", "run", "finalized", "retry after", "failures", "skipped before", "warning", "error")
+
+
+def format_report(report: Report) -> str:
+    """The tick report as an aligned text table."""
+    rows = [
+        (
+            m.month,
+            m.status,
+            m.transition,
+            m.run_id,
+            "yes" if m.finalized else "",
+            iso(m.retry_after),
+            str(m.failures or ""),
+            str(m.skipped_before or ""),
+            m.warning,
+            m.error,
+        )
+        for m in report
+    ]
+    # Drop columns empty in every row (keep month and status), so the table fits.
+    keep = [i for i in range(len(_COLUMNS)) if i < 2 or any(r[i] for r in rows)]
+    widths = {i: max(len(_COLUMNS[i]), *(len(r[i]) for r in rows)) if rows else len(_COLUMNS[i]) for i in keep}
+    lines = ["  ".join(_COLUMNS[i].ljust(widths[i]) for i in keep).rstrip()]
+    for r in rows:
+        lines.append("  ".join(r[i].ljust(widths[i]) for i in keep).rstrip())
+    if not rows:
+        lines.append("(no month has ended yet)")
+    if report.stopped:
+        lines.append("stopped before every month was walked")
+    return "\n".join(lines)
+
+
+def _tick(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+    settings: LedgerSettings = config.ledger
+    now = _wall_now(args)
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        options = Options(
+            grace_hours=settings.grace_hours,
+            auto_finalize=settings.auto_finalize,
+            execute=lambda month, at: meter_month(ledger, month, at, only_if_unmetered=True),
+        )
+        report = tick(Periods(ledger), now, options, stop)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps({"now": iso(now), **report.as_dict()}, indent=2))
+    else:
+        print(f"tick at {iso(now)}")
+        print(format_report(report))
+    if report.failed:
+        print(f"error: {report.error}", file=sys.stderr)
+        return 1
+    return 130 if report.stopped else 0
+
+
+def _meter(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+    result = meter_month(ledger, args.period, _wall_now(args))
+    print(f"metered {args.period}: run {result.run_id}, {result.leases} leases, {result.tenants} tenants")
+    if result.warning:
+        print(f"warning: {result.warning}", file=sys.stderr)
+    return 0
+
+
+def _periods(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+    rows = [("month", "status", "runs", "latest run", "latest status", "at", "error")]
+    for p in Periods(ledger).list():
+        latest = p.latest_run
+        rows.append(
+            (
+                p.period,
+                p.status,
+                str(p.runs),
+                latest.id if latest else "",
+                latest.status if latest else "",
+                iso(latest.completed or latest.started) if latest else "",
+                latest.error if latest else "",
+            )
+        )
+    if len(rows) == 1:
+        print("no billing period stored yet (the first tick after a month ends writes one)")
+        return 0
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+    run_id = Periods(ledger).finalize(args.period, _wall_now(args))
+    print(f"finalized {args.period} over run {run_id}")
+    return 0
+
+
+def _statement(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+    writer = write_json if args.format == "json" else write_csv
+    writer(ledger, args.period, sys.stdout, args.tenant)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ledger.cli [--config FILE] COMMAND ...``"""
+    from sidecar.config import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m ledger.cli", description="leasewarden ledger commands")
+    parser.add_argument("--config", metavar="FILE", help="config.toml to read (default: built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub, lambda args: load_config(args.config))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Metering one billing month from the ledger: what each lease used, beside what was withdrawn.
+
+For every lease of this provider active at any time in the month ``[from, to)``:
+its accrued seconds inside the month times the sum of its items' locked price
+x quantity, per denom, in integers; beside them what settlements actually
+moved from that lease to us during the month (withdrawals, and the settlement
+a close makes), and the difference (credit that ran out before settlement, or
+accrual not yet settled at the month's end). Per-tenant totals follow.
+
+The seconds are counted the way the chain counts them, so a statement equals
+the chain's accrual to the last unit. The chain accrues per *whole* second
+since ``last_settled_at``, which starts at ``acknowledged_at``, and keeps the
+sub-second remainder when it settles (``chain/model.py`` ``_settle``).
+Settlements therefore never change the total: settled at ``t``, a lease has
+accrued ``A(t) = floor((min(t, closed_at) - acknowledged_at) / 1 s)`` seconds in
+all, and what it accrues within a month is ``A(to) - A(from)`` -- exactly
+what the chain would have settled had it settled at both ends of the month.
+Months then add up to the lease's whole accrual with nothing counted twice or
+lost, whatever the sub-second offsets.
+
+Streamed, not loaded whole: the month's leases (in uuid order) and its
+settlements (in lease order, one index range thanks to their ``period``
+column) are read as two sorted cursors from one read snapshot and merged;
+lines are written in batches, each its own transaction with the run's
+heartbeat. Memory is bounded by the batch size, not by the month.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterator
+
+from ledger.periods import Month, to_us
+from ledger.runs import Periods
+from ledger.store import Ledger, rate_of_items
+from ledger.tick import Metered, RunFailed
+
+__all__ = ["meter_month", "accrued_seconds", "MeterResult", "BATCH_LEASES", "Line"]
+
+logger = logging.getLogger(__name__)
+
+#: Leases per committed batch of statement lines: large enough that commits
+#: (each an fsync) are a small part of the time, small enough that a batch is
+#: well under a second, which is what keeps the run's heartbeat fresh.
+BATCH_LEASES = 5_000
+
+_SECOND_US = 1_000_000
+
+#: Unpriced leases named in a failed run's error (the count is always given).
+_NAMED_UNPRICED = 5
+
+
+@dataclass(frozen=True)
+class Line:
+    tenant: str
+    lease_uuid: str
+    denom: str
+    seconds: int
+    accrued: int
+    withdrawn: int
+
+
+@dataclass(frozen=True)
+class MeterResult(Metered):
+    leases: int = 0
+    lines: int = 0
+    tenants: int = 0
+
+
+def accrued_seconds(active_from_us: int, closed_at_us: int | None, start_us: int, end_us: int) -> int:
+    """Whole seconds a lease accrues in ``[start, end)``: ``A(end) - A(start)`` (see module doc)."""
+
+    def accrued_by(t: int) -> int:
+        stop = t if closed_at_us is None or closed_at_us > t else closed_at_us
+        return (stop - active_from_us) // _SECOND_US if stop > active_from_us else 0
+
+    return accrued_by(end_us) - accrued_by(start_us)
+
+
+_LEASES = """
+SELECT uuid, tenant, items, priced, active_from_us, closed_at_us FROM leases
+WHERE provider_uuid = :provider AND active_from_us IS NOT NULL AND active_from_us < :to
+  AND (closed_at_us IS NULL OR closed_at_us > :from)
+ORDER BY uuid
+"""
+
+_SETTLEMENTS = """
+SELECT lease_uuid, tenant, denom, amount FROM settlements WHERE period = :period ORDER BY lease_uuid
+"""
+
+
+def _unpriced(reader, month: Month, provider: str) -> tuple[int, list[str]]:  # type: ignore[no-untyped-def]
+    params = {"provider": provider, "to": to_us(month.end), "from": to_us(month.start)}
+    where = (
+        "provider_uuid = :provider AND priced = 0 AND active_from_us IS NOT NULL AND active_from_us < :to "
+        "AND (closed_at_us IS NULL OR closed_at_us > :from)"
+    )
+    count = reader.execute(f"SELECT COUNT(*) FROM leases WHERE {where}", params).fetchone()[0]
+    names = [r[0] for r in reader.execute(f"SELECT uuid FROM leases WHERE {where} ORDER BY uuid LIMIT {_NAMED_UNPRICED}", params)]
+    return count, names
+
+
+def lines_of_month(reader, month: Month, provider: str) -> Iterator[tuple[str, list[Line]]]:  # type: ignore[no-untyped-def]
+    """Per lease (uuid order): its statement lines for ``month``. A merge of two sorted cursors."""
+    start, end = to_us(month.start), to_us(month.end)
+    leases = reader.execute(_LEASES, {"provider": provider, "to": end, "from": start})
+    settlements = reader.execute(_SETTLEMENTS, {"period": str(month)})
+    pending = next(settlements, None)
+
+    def withdrawn_for(uuid: str) -> tuple[dict[str, int], str]:
+        """Consume the settlements of ``uuid`` (the cursor is at or before it)."""
+        nonlocal pending
+        paid: dict[str, int] = {}
+        tenant = ""
+        while pending is not None and pending[0] == uuid:
+            _, tenant, denom, amount = pending
+            paid[denom] = paid.get(denom, 0) + int(amount)
+            pending = next(settlements, None)
+        return paid, tenant
+
+    def settled_only_before(uuid: str | None) -> Iterator[tuple[str, list[Line]]]:
+        """Leases settled this month that were not active in it (a lease we never learned about)."""
+        while pending is not None and (uuid is None or pending[0] < uuid):
+            other = pending[0]
+            paid, tenant = withdrawn_for(other)
+            yield other, [Line(tenant, other, d, 0, 0, a) for d, a in sorted(paid.items())]
+
+    for uuid, tenant, items, _priced, active_from, closed_at in leases:
+        yield from settled_only_before(uuid)
+        paid, _ = withdrawn_for(uuid)
+        seconds = accrued_seconds(active_from, closed_at, start, end)
+        rate = rate_of_items(items)
+        out = []
+        for denom in sorted(set(rate) | set(paid)):
+            accrued = rate.get(denom, 0) * seconds
+            withdrawn = paid.get(denom, 0)
+            if accrued or withdrawn:
+                out.append(Line(tenant, uuid, denom, seconds, accrued, withdrawn))
+        yield uuid, out
+    yield from settled_only_before(None)
+
+
+def meter_month(
+    ledger: Ledger,
+    month: Month,
+    now: datetime,
+    *,
+    periods: Periods | None = None,
+    only_if_unmetered: bool = False,
+    batch_leases: int = BATCH_LEASES,
+) -> MeterResult:
+    """Meter ``month`` at ``now`` into a new run; the tick's ``Options.execute``.
+
+    Raises ``MonthFinalized``/``MonthNotEnded`` (no run recorded),
+    ``MonthBusy`` (another process meters it), ``AlreadyMetered`` (with
+    ``only_if_unmetered``), or ``RunFailed`` naming the failed run.
+    """
+    periods = periods or Periods(ledger)
+    run_id = periods.start_run(month, now, only_if_unmetered=only_if_unmetered)
+    try:
+        leases, lines, tenants = _meter(ledger, periods, month, now, run_id, batch_leases)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, _Unpriced) else str(exc)
+        try:
+            periods.fail(month, run_id, now, error)
+        except Exception as fail_exc:  # the run stays 'running'; the next tick reclaims it
+            logger.error("run %s of %s failed (%s) and could not be marked failed: %s", run_id, month, error, fail_exc)
+        raise RunFailed(run_id, f"run {run_id} failed: {error}") from exc
+    warning = ""
+    try:
+        periods.release(month, run_id)
+    except Exception as exc:
+        warning = (
+            f"run {run_id} completed but could not give the lock of {month} back ({exc}); "
+            f"the next tick clears it"
+        )
+    logger.info("metered %s: run %s, %d leases, %d tenants, %d lines", month, run_id, leases, tenants, lines)
+    return MeterResult(run_id=run_id, warning=warning, leases=leases, lines=lines, tenants=tenants)
+
+
+class _Unpriced(Exception):
+    pass
+
+
+_INSERT_LINE = (
+    "INSERT INTO statement_lines (run_id, tenant, lease_uuid, denom, seconds, accrued, withdrawn) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_TOTAL = (
+    "INSERT INTO statement_totals (run_id, tenant, denom, leases, accrued, withdrawn, difference) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _meter(
+    ledger: Ledger, periods: Periods, month: Month, now: datetime, run_id: str, batch_leases: int
+) -> tuple[int, int, int]:
+    provider = ledger.provider_uuid
+    with ledger.reader() as reader:
+        count, names = _unpriced(reader, month, provider)
+        if count:
+            raise _Unpriced(
+                f"{count} lease(s) active in {month} have no known price (never read from the chain), "
+                f"e.g. {', '.join(names)}; the sidecar reads them at its next reconcile, then meter again"
+            )
+        leases = lines = 0
+        batch: list[tuple[object, ...]] = []
+        in_batch = 0
+        for _uuid, lease_lines in lines_of_month(reader, month, provider):
+            leases += 1
+            in_batch += 1
+            for ln in lease_lines:
+                batch.append((run_id, ln.tenant, ln.lease_uuid, ln.denom, ln.seconds, str(ln.accrued), str(ln.withdrawn)))
+            if in_batch >= batch_leases:
+                with ledger.transaction() as c:
+                    c.executemany(_INSERT_LINE, batch)
+                    periods.heartbeat(month, run_id)
+                lines += len(batch)
+                batch.clear()
+                in_batch = 0
+    with ledger.transaction() as c:
+        c.executemany(_INSERT_LINE, batch)
+        lines += len(batch)
+        tenants = _write_totals(c, run_id)
+        periods.complete(month, run_id, now, leases)
+    return leases, lines, tenants
+
+
+def _write_totals(c, run_id: str) -> int:  # type: ignore[no-untyped-def]
+    """Per tenant per denom, streamed from the lines' (tenant, lease, denom) key order."""
+    tenants = 0
+    current: str | None = None
+    sums: dict[str, list[int]] = {}
+    leases_by_denom: dict[str, set[str]] = {}
+    rows: list[tuple[object, ...]] = []
+
+    def flush() -> None:
+        for denom in sorted(sums):
+            accrued, withdrawn = sums[denom]
+            rows.append(
+                (run_id, current, denom, len(leases_by_denom[denom]), str(accrued), str(withdrawn), str(accrued - withdrawn))
+            )
+
+    cursor = c.execute(
+        "SELECT tenant, lease_uuid, denom, accrued, withdrawn FROM statement_lines WHERE run_id = ? "
+        "ORDER BY tenant, lease_uuid, denom",
+        (run_id,),
+    )
+    for tenant, lease_uuid, denom, accrued, withdrawn in cursor:
+        if tenant != current:
+            if current is not None:
+                flush()
+            current, sums, leases_by_denom = tenant, {}, {}
+            tenants += 1
+            if len(rows) >= 10_000:
+                c.executemany(_INSERT_TOTAL, rows)
+                rows.clear()
+        s = sums.setdefault(denom, [0, 0])
+        s[0] += int(accrued)
+        s[1] += int(withdrawn)
+        leases_by_denom.setdefault(denom, set()).add(lease_uuid)
+    if current is not None:
+        flush()
+    c.executemany(_INSERT_TOTAL, rows)
+    return tenants

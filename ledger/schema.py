@@ -1,0 +1,298 @@
+"""The ledger's SQLite schema, its version, and the migrations between versions.
+
+Every change to the schema is a new migration appended to ``MIGRATIONS``; a
+shipped migration never changes, so a database is at version N exactly when
+migrations 1..N have run on it. Each migration runs in its own transaction
+together with the row that records it in ``schema_version``, so a crash
+mid-migration leaves the database at the previous version, never between two.
+
+A database written by a newer build (a version this build has no migration
+for) is refused with an error naming the file and both versions: reading
+tables whose meaning changed would bill the wrong amounts.
+
+Conventions of the tables:
+
+- instants are ``*_us`` integers, microseconds since the epoch (``periods.to_us``);
+- amounts are decimal text: a Cosmos ``Int`` is 256-bit and SQLite's integers
+  are 64-bit, so an amount is never stored where it could overflow or round;
+- facts from the chain are deduplicated by a natural key, so recording the
+  same fact twice (a replayed capture, a websocket event seen again after a
+  reconcile) changes nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+__all__ = [
+    "Migration",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "NewerSchemaError",
+    "NotALedgerError",
+    "current_version",
+    "migrate",
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_V1 = (
+    # -- what the chain told us -------------------------------------------------
+    # One row per lease of this provider. active_from_us is the chain's
+    # acknowledged_at (accrual starts there); closed_at_us where it ended.
+    # *_rank says how good a time is (see store.Precision): a better source
+    # overwrites a worse one, never the reverse.
+    """
+    CREATE TABLE leases (
+        uuid TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        provider_uuid TEXT NOT NULL,
+        items TEXT NOT NULL DEFAULT '[]',
+        priced INTEGER NOT NULL DEFAULT 0,
+        active_from_us INTEGER,
+        active_from_rank INTEGER NOT NULL DEFAULT 0,
+        closed_at_us INTEGER,
+        closed_at_rank INTEGER NOT NULL DEFAULT 0,
+        closure_reason TEXT NOT NULL DEFAULT '',
+        first_seen_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX leases_tenant ON leases (tenant)",
+    # Each kind of lease event happens at most once per lease on chain
+    # (created, acknowledged, then one of closed/expired/auto_closed), so
+    # (kind, lease_uuid) is the event's natural key: the same event arriving
+    # twice (a replay, a resubscribe) is the same row, whatever its arrival time.
+    """
+    CREATE TABLE lease_events (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        lease_uuid TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        provider_uuid TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        height INTEGER NOT NULL DEFAULT 0,
+        at_us INTEGER NOT NULL,
+        UNIQUE (kind, lease_uuid)
+    )
+    """,
+    # What one settlement moved to us from one lease, per denom. A lease is
+    # settled at most once per transaction. ``period`` (YYYY-MM of at_us) is
+    # stored so a month's settlements are one index range in lease order:
+    # metering streams them without a sort.
+    """
+    CREATE TABLE settlements (
+        tx_hash TEXT NOT NULL,
+        lease_uuid TEXT NOT NULL,
+        denom TEXT NOT NULL,
+        amount TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        tenant TEXT NOT NULL DEFAULT '',
+        at_us INTEGER NOT NULL,
+        period TEXT NOT NULL,
+        PRIMARY KEY (tx_hash, lease_uuid, denom)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX settlements_period_lease ON settlements (period, lease_uuid)",
+    # Provider-wide MsgWithdraw pages, one row per transaction.
+    """
+    CREATE TABLE withdrawals (
+        tx_hash TEXT PRIMARY KEY,
+        cycle INTEGER NOT NULL,
+        page INTEGER NOT NULL,
+        amounts TEXT NOT NULL,
+        withdrawal_count INTEGER NOT NULL,
+        at_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    # Closures we sent (MsgCloseLease). ``key`` is a hash of the whole record.
+    """
+    CREATE TABLE closures (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        at_us INTEGER NOT NULL,
+        tenant TEXT NOT NULL,
+        lease_uuids TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        tx_hashes TEXT NOT NULL
+    )
+    """,
+    # What each tenant actor learned (messages.credit.TenantSnapshot, msgpack).
+    """
+    CREATE TABLE tenant_state (
+        tenant TEXT PRIMARY KEY,
+        snapshot BLOB NOT NULL,
+        updated_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    # -- closing the books ------------------------------------------------------
+    """
+    CREATE TABLE billing_periods (
+        period TEXT PRIMARY KEY,
+        period_from_us INTEGER NOT NULL,
+        period_to_us INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('open', 'grace', 'finalized')),
+        finalized_run TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    # seq orders a month's runs (two runs of one tick share the same ``now``).
+    """
+    CREATE TABLE runs (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        period TEXT NOT NULL REFERENCES billing_periods (period),
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'finalized')),
+        started_us INTEGER NOT NULL,
+        completed_us INTEGER,
+        error TEXT NOT NULL DEFAULT '',
+        owner TEXT NOT NULL DEFAULT '',
+        leases INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+    "CREATE INDEX runs_period ON runs (period, seq)",
+    # Who is metering a month right now: at most one row per month. The owner
+    # is host + pid + a per-process token; heartbeat is wall-clock seconds,
+    # refreshed as the run commits its lines (see runs.LOCK_TTL).
+    """
+    CREATE TABLE run_locks (
+        period TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        token TEXT NOT NULL,
+        heartbeat REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+    # One row per lease per denom. The key puts a run's lines in tenant order,
+    # so per-tenant totals and statements stream out of the index.
+    """
+    CREATE TABLE statement_lines (
+        run_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        lease_uuid TEXT NOT NULL,
+        denom TEXT NOT NULL,
+        seconds INTEGER NOT NULL,
+        accrued TEXT NOT NULL,
+        withdrawn TEXT NOT NULL,
+        PRIMARY KEY (run_id, tenant, lease_uuid, denom)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE statement_totals (
+        run_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        denom TEXT NOT NULL,
+        leases INTEGER NOT NULL,
+        accrued TEXT NOT NULL,
+        withdrawn TEXT NOT NULL,
+        difference TEXT NOT NULL,
+        PRIMARY KEY (run_id, tenant, denom)
+    ) WITHOUT ROWID
+    """,
+)
+
+#: Every migration, in order. Append only.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
+)
+
+#: The version this build writes.
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class NewerSchemaError(RuntimeError):
+    """The database was written by a newer build than this one."""
+
+    def __init__(self, path: str, found: int, known: int) -> None:
+        super().__init__(
+            f"{path}: ledger schema version {found} is newer than version {known}, the newest this "
+            f"build knows; run a leasewarden at least as new as the one that wrote it, or point "
+            f"[ledger] path at another file"
+        )
+        self.path = path
+        self.found = found
+        self.known = known
+
+
+class NotALedgerError(RuntimeError):
+    """The file is not a SQLite database, or not one this program wrote."""
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The version recorded in the database; 0 for an empty one."""
+    has = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if not has:
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    path: str,
+    now_text: Callable[[], str],
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> int:
+    """Bring the database at ``conn`` to the newest version in ``migrations``.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``): each
+    migration is its own ``BEGIN IMMEDIATE`` transaction. Returns the version
+    the database is at afterwards.
+    """
+    try:
+        tables = {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.DatabaseError as exc:
+        raise NotALedgerError(f"{path}: not a SQLite database ({exc})") from None
+    if tables and "schema_version" not in tables:
+        raise NotALedgerError(
+            f"{path}: a SQLite database without a schema_version table is not a leasewarden ledger "
+            f"(tables: {', '.join(sorted(tables)[:5])})"
+        )
+    known = migrations[-1].version if migrations else 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        found = current_version(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if found > known:
+        raise NewerSchemaError(path, found, known)
+    for migration in migrations:
+        if migration.version <= found:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while we waited for the lock.
+            if current_version(conn) >= migration.version:
+                conn.execute("COMMIT")
+                continue
+            for statement in migration.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.description, now_text()),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return current_version(conn)

@@ -1,0 +1,48 @@
+"""The ``[ledger]`` section of ``config.toml``: where the books are kept and how months close."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from sidecar.config import section, setting
+
+__all__ = ["LedgerSettings", "resolve_ledger_path"]
+
+
+@section("ledger")
+@dataclass(frozen=True)
+class LedgerSettings:
+    path: str = setting(
+        "state/leasewarden.sqlite",
+        "the ledger's SQLite file; relative to the config file's folder; empty: keep no ledger",
+    )
+    # 24 h: what a month waits for is facts that arrive late. Events lost in a
+    # websocket gap come back at the next reconcile (every withdraw_interval,
+    # 1 h by default), a sidecar or node restart takes minutes, and the
+    # settlement that realises the month's last hour happens within one
+    # withdraw interval. A day covers all of those many times over, including
+    # an outage of most of a day, and still closes the month the day after it ends.
+    grace_hours: int = setting(
+        24, "hours a month that has ended waits for late facts before it is metered", min=0, max=24 * 31
+    )
+    auto_finalize: bool = setting(
+        False, "finalize a month over its completed run without an operator (off: review, then `finalize`)"
+    )
+    tick_interval: timedelta = setting(
+        timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1)
+    )
+
+
+def resolve_ledger_path(settings: LedgerSettings, config_source: str) -> Path | None:
+    """The ledger file: ``path`` as given if absolute, else beside the config file
+    (the working directory when there is no file). None when the ledger is off."""
+    if not settings.path:
+        return None
+    path = Path(settings.path).expanduser()
+    if path.is_absolute():
+        return path
+    source = Path(config_source)
+    base = source.parent if config_source and not config_source.startswith("<") else Path.cwd()
+    return base / path

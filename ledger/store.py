@@ -1,0 +1,501 @@
+"""The ledger: one SQLite file holding what the chain told the sidecar.
+
+``Ledger`` opens (and migrates) the database and records each fact of
+``messages/ledger.py``: the provider's leases with their price and the times
+they were active, lease events, per-lease settlements, withdrawal pages, our
+closures, and each tenant actor's persisted state. Billing months, runs and
+statements are kept in the same file (``ledger.runs``, ``ledger.metering``).
+
+One writer: inside the sidecar only the ``LedgerActor`` writes, on a thread
+of its own. The CLI (``run.py meter`` and friends) may write from another
+process; SQLite serialises writers (``BEGIN IMMEDIATE`` with a busy timeout)
+and WAL mode lets readers go on while one writes.
+
+Times of a lease come from several sources of different quality, and the
+best one wins whatever order they arrive in (``Precision``): a statement must
+match the chain's accrual to the second, so the chain's own
+``acknowledged_at``/``closed_at`` always overwrite the times at which an
+event or a closure was recorded, and never the reverse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import sqlite_utils
+
+from ledger.periods import Month, iso, to_us
+from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
+from messages.chain import Lease
+from messages.codec import CodecError, decode, encode
+from messages.credit import TenantSnapshot
+from messages.lease_events import LeaseEvent
+from messages.ledger import (
+    ClosureRecorded,
+    LeaseEventRecorded,
+    LeaseObserved,
+    LeasesObserved,
+    LeasesReconciled,
+    LeaseSettled,
+    TenantForgotten,
+    TenantStateChanged,
+    WithdrawalRecorded,
+)
+
+__all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES"]
+
+logger = logging.getLogger(__name__)
+
+#: How long a write waits for another process's write to finish before it
+#: fails. Metering a month commits in batches well under a second each, so a
+#: wait this long only runs out when another process is stuck holding the lock.
+BUSY_TIMEOUT_S = 30.0
+
+#: Lease states after which a lease no longer accrues.
+_ENDED_STATES = ("CLOSED", "EXPIRED", "REJECTED")
+
+
+class LedgerError(RuntimeError):
+    """A ledger operation that cannot be done; the message says why and what to do."""
+
+
+class Precision(IntEnum):
+    """How good a lease's start or end time is. A better one overwrites a worse one."""
+
+    NONE = 0
+    #: The lease was missing from a reconcile read at this time: it closed
+    #: somewhere before (bills at most one reconcile interval too much).
+    RECONCILE = 1
+    #: When the chain actor saw our MsgCloseLease included.
+    CLOSURE = 2
+    #: When the listener recorded the lease event (seconds after the block).
+    EVENT = 3
+    #: The chain's own Lease.acknowledged_at / closed_at.
+    CHAIN = 4
+
+
+#: Every message the ledger records (BillingTickDue is the actor's, not a fact).
+FACT_TYPES = (
+    LeasesObserved,
+    LeasesReconciled,
+    LeaseObserved,
+    LeaseEventRecorded,
+    LeaseSettled,
+    WithdrawalRecorded,
+    ClosureRecorded,
+    TenantStateChanged,
+    TenantForgotten,
+)
+
+_UPSERT_LEASE = """
+INSERT INTO leases (uuid, tenant, provider_uuid, items, priced, active_from_us, active_from_rank,
+                    closed_at_us, closed_at_rank, closure_reason, first_seen_us, updated_us)
+VALUES (:uuid, :tenant, :provider, :items, 1, :af, :af_rank, :ca, :ca_rank, :reason, :at, :at)
+ON CONFLICT (uuid) DO UPDATE SET
+    tenant = excluded.tenant,
+    items = excluded.items,
+    priced = 1,
+    active_from_us = CASE WHEN excluded.active_from_us IS NOT NULL
+                          AND excluded.active_from_rank >= leases.active_from_rank
+                     THEN excluded.active_from_us ELSE leases.active_from_us END,
+    active_from_rank = CASE WHEN excluded.active_from_us IS NOT NULL
+                            AND excluded.active_from_rank >= leases.active_from_rank
+                       THEN excluded.active_from_rank ELSE leases.active_from_rank END,
+    closed_at_us = CASE
+        WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_us
+        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN NULL
+        ELSE leases.closed_at_us END,
+    closure_reason = CASE
+        WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closure_reason
+        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN ''
+        ELSE leases.closure_reason END,
+    closed_at_rank = CASE
+        WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_rank
+        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN 0
+        ELSE leases.closed_at_rank END,
+    updated_us = MAX(leases.updated_us, excluded.updated_us)
+"""
+
+_CLOSE_LEASE = """
+INSERT INTO leases (uuid, tenant, provider_uuid, closed_at_us, closed_at_rank, closure_reason,
+                    first_seen_us, updated_us)
+VALUES (:uuid, :tenant, :provider, :at, :rank, :reason, :at, :at)
+ON CONFLICT (uuid) DO UPDATE SET
+    closed_at_us = CASE WHEN leases.closed_at_rank < :rank THEN :at ELSE leases.closed_at_us END,
+    closure_reason = CASE WHEN leases.closed_at_rank < :rank THEN :reason ELSE leases.closure_reason END,
+    closed_at_rank = MAX(leases.closed_at_rank, :rank),
+    updated_us = MAX(leases.updated_us, :at)
+"""
+
+_ACKNOWLEDGE_LEASE = """
+INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us)
+VALUES (:uuid, :tenant, :provider, :at, :rank, :at, :at)
+ON CONFLICT (uuid) DO UPDATE SET
+    active_from_us = CASE WHEN leases.active_from_rank < :rank THEN :at ELSE leases.active_from_us END,
+    active_from_rank = MAX(leases.active_from_rank, :rank),
+    updated_us = MAX(leases.updated_us, :at)
+"""
+
+
+def _items_json(lease: Lease) -> str:
+    return json.dumps(
+        [[i.sku_uuid, i.quantity, i.locked_price.denom, str(i.locked_price.amount)] for i in lease.items],
+        separators=(",", ":"),
+    )
+
+
+def rate_of_items(items_json: str) -> dict[str, int]:
+    """Per-denom accrual per second of a lease: the sum of locked price x quantity."""
+    rate: dict[str, int] = {}
+    for _sku, quantity, denom, price in json.loads(items_json):
+        rate[denom] = rate.get(denom, 0) + int(price) * int(quantity)
+    return rate
+
+
+class Ledger:
+    """The ledger database of one provider. Thread-safe; one transaction at a time."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        provider_uuid: str,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self.path = path
+        self.provider_uuid = provider_uuid
+        #: Wall-clock seconds, for run-lock heartbeats only (which process is
+        #: alive is a question about real time, not about the billing clock).
+        self.wall = wall
+        #: This Ledger object's identity in run locks.
+        self.token = os.urandom(8).hex()
+        self._lock = threading.RLock()
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            LeasesObserved: self._leases_observed,
+            LeasesReconciled: self._leases_reconciled,
+            LeaseObserved: self._lease_observed,
+            LeaseEventRecorded: self._event,
+            LeaseSettled: self._settled,
+            WithdrawalRecorded: self._withdrawal,
+            ClosureRecorded: self._closure,
+            TenantStateChanged: self._tenant_state,
+            TenantForgotten: self._tenant_forgotten,
+        }
+
+    # -- opening ------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        provider_uuid: str,
+        *,
+        wall: Callable[[], float] = time.time,
+        busy_timeout: float = BUSY_TIMEOUT_S,
+        migrations: tuple[Migration, ...] = MIGRATIONS,
+    ) -> "Ledger":
+        """Open (creating and migrating as needed) the ledger at ``path``."""
+        path = Path(path)
+        if str(path) != ":memory:":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{path}: cannot open the ledger: {exc}") from None
+        try:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.DatabaseError as exc:
+                raise NotALedgerError(f"{path}: not a SQLite database ({exc})") from None
+            # FULL: a committed fact survives a power cut, not only a crash.
+            # The actor batches writes, so this costs one fsync per batch.
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(conn, str(path), lambda: iso(datetime.fromtimestamp(wall(), timezone.utc)), migrations)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, str(path), provider_uuid, wall)
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    # -- transactions ---------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``); nested ones are savepoints."""
+        with self._lock:
+            if self.conn.in_transaction:
+                name = f"sp_{os.urandom(4).hex()}"
+                self.conn.execute(f"SAVEPOINT {name}")
+                try:
+                    yield self.conn
+                except BaseException:
+                    self.conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                    self.conn.execute(f"RELEASE SAVEPOINT {name}")
+                    raise
+                self.conn.execute(f"RELEASE SAVEPOINT {name}")
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """Several reads that see one state of the database (a deferred read transaction)."""
+        with self._lock:
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
+
+    @contextmanager
+    def reader(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read: a separate connection in one read transaction.
+
+        WAL gives it a snapshot: what it reads does not move while this
+        ledger (or another process) commits, which is what lets a month be
+        metered in batches while facts keep arriving.
+        """
+        if self.path == ":memory:":
+            with self._lock:
+                yield self.conn
+            return
+        reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            reader.execute("BEGIN")
+            yield reader
+        finally:
+            reader.close()
+
+    # -- recording facts ------------------------------------------------------------------
+    def record(self, fact: Any) -> None:
+        """Record one fact of ``messages/ledger.py`` in its own transaction."""
+        self.record_all((fact,))
+
+    def record_all(self, facts: Iterable[Any]) -> int:
+        """Record facts in one transaction (all or none). Returns how many."""
+        n = 0
+        with self.transaction():
+            for fact in facts:
+                handler = self._handlers.get(type(fact))
+                if handler is None:
+                    raise LedgerError(f"the ledger does not record {type(fact).__name__}")
+                handler(fact)
+                n += 1
+        return n
+
+    def _leases_observed(self, fact: LeasesObserved) -> None:
+        # Some leases, not necessarily all: nothing is inferred about the others.
+        at = to_us(fact.at)
+        for lease in fact.leases:
+            if lease.provider_uuid == self.provider_uuid:
+                self._upsert(at, lease, reopen=True)
+
+    def _leases_reconciled(self, fact: LeasesReconciled) -> None:
+        at = to_us(fact.at)
+        ours = [lease for lease in fact.leases if lease.provider_uuid == self.provider_uuid]
+        for lease in ours:
+            self._upsert(at, lease, reopen=True)
+        # A lease we hold as active that the complete read did not return has
+        # closed since; the read does not say when. Leases that became active
+        # after the read are not judged by it.
+        c = self.conn
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS observed (uuid TEXT PRIMARY KEY)")
+        c.execute("DELETE FROM observed")
+        c.executemany("INSERT OR IGNORE INTO observed (uuid) VALUES (?)", ((lease.uuid,) for lease in ours))
+        c.execute(
+            "UPDATE leases SET closed_at_us = :at, closed_at_rank = :rank, closure_reason = '', "
+            "updated_us = MAX(updated_us, :at) "
+            "WHERE provider_uuid = :provider AND closed_at_us IS NULL AND active_from_us IS NOT NULL "
+            "AND active_from_us < :at AND uuid NOT IN (SELECT uuid FROM observed)",
+            {"at": at, "rank": int(Precision.RECONCILE), "provider": self.provider_uuid},
+        )
+        c.execute("DELETE FROM observed")
+
+    def _lease_observed(self, fact: LeaseObserved) -> None:
+        if fact.lease.provider_uuid == self.provider_uuid:
+            self._upsert(to_us(fact.at), fact.lease, reopen=True)
+
+    def _upsert(self, at: int, lease: Lease, reopen: bool) -> None:
+        active_from = to_us(lease.acknowledged_at) if lease.acknowledged_at is not None else None
+        closed = None
+        if lease.state in _ENDED_STATES and lease.closed_at is not None:
+            closed = to_us(lease.closed_at)
+        self.conn.execute(
+            _UPSERT_LEASE,
+            {
+                "uuid": lease.uuid,
+                "tenant": lease.tenant,
+                "provider": lease.provider_uuid,
+                "items": _items_json(lease),
+                "af": active_from,
+                "af_rank": int(Precision.CHAIN) if active_from is not None else 0,
+                "ca": closed,
+                "ca_rank": int(Precision.CHAIN) if closed is not None else 0,
+                "reason": lease.closure_reason if closed is not None else "",
+                "at": at,
+                "reopen": 1 if (reopen and lease.state == "ACTIVE") else 0,
+            },
+        )
+
+    def _event(self, fact: LeaseEventRecorded) -> None:
+        ev: LeaseEvent = fact.event
+        at = to_us(fact.at)
+        cur = self.conn.execute(
+            "INSERT OR IGNORE INTO lease_events (kind, lease_uuid, tenant, provider_uuid, reason, height, at_us) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid, ev.reason, ev.height, at),
+        )
+        if cur.rowcount == 0 or ev.provider_uuid != self.provider_uuid:
+            return  # seen before (changes nothing), or another provider's lease
+        params = {
+            "uuid": ev.lease_uuid,
+            "tenant": ev.tenant,
+            "provider": ev.provider_uuid,
+            "at": at,
+            "rank": int(Precision.EVENT),
+        }
+        if ev.kind == "created":
+            self.conn.execute(
+                "INSERT OR IGNORE INTO leases (uuid, tenant, provider_uuid, first_seen_us, updated_us) "
+                "VALUES (:uuid, :tenant, :provider, :at, :at)",
+                params,
+            )
+        elif ev.kind == "acknowledged":
+            self.conn.execute(_ACKNOWLEDGE_LEASE, params)
+        else:  # closed, expired, auto_closed
+            self.conn.execute(_CLOSE_LEASE, {**params, "reason": ev.reason or ev.kind})
+
+    def _closure(self, fact: ClosureRecorded) -> None:
+        key = hashlib.sha256(
+            json.dumps(
+                [iso(fact.at), fact.tenant, sorted(fact.lease_uuids), fact.reason, list(fact.tx_hashes)]
+            ).encode()
+        ).hexdigest()
+        at = to_us(fact.at)
+        cur = self.conn.execute(
+            "INSERT OR IGNORE INTO closures (key, at_us, tenant, lease_uuids, reason, tx_hashes) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (key, at, fact.tenant, json.dumps(list(fact.lease_uuids)), fact.reason, json.dumps(list(fact.tx_hashes))),
+        )
+        if cur.rowcount == 0:
+            return
+        self.conn.executemany(
+            _CLOSE_LEASE,
+            (
+                {
+                    "uuid": u,
+                    "tenant": fact.tenant,
+                    "provider": self.provider_uuid,
+                    "at": at,
+                    "rank": int(Precision.CLOSURE),
+                    "reason": fact.reason,
+                }
+                for u in fact.lease_uuids
+            ),
+        )
+
+    def _settled(self, fact: LeaseSettled) -> None:
+        if not fact.tx_hash:
+            raise LedgerError(f"settlement of lease {fact.lease_uuid} has no tx hash: it could not be deduplicated")
+        tenant = fact.tenant
+        if not tenant:
+            row = self.conn.execute("SELECT tenant FROM leases WHERE uuid = ?", (fact.lease_uuid,)).fetchone()
+            tenant = row[0] if row else ""
+        at = to_us(fact.at)
+        period = str(Month.of(fact.at))
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO settlements (tx_hash, lease_uuid, denom, amount, kind, tenant, at_us, period) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                (fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period)
+                for c in fact.amounts
+                if c.amount
+            ),
+        )
+
+    def _withdrawal(self, fact: WithdrawalRecorded) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO withdrawals (tx_hash, cycle, page, amounts, withdrawal_count, at_us) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                fact.tx_hash,
+                fact.cycle,
+                fact.page,
+                json.dumps({c.denom: str(c.amount) for c in fact.amounts}, sort_keys=True),
+                fact.withdrawal_count,
+                to_us(fact.at),
+            ),
+        )
+
+    def _tenant_state(self, fact: TenantStateChanged) -> None:
+        self.conn.execute(
+            "INSERT INTO tenant_state (tenant, snapshot, updated_us) VALUES (?, ?, ?) "
+            "ON CONFLICT (tenant) DO UPDATE SET snapshot = excluded.snapshot, updated_us = excluded.updated_us",
+            (fact.snapshot.tenant, encode(fact.snapshot), _snapshot_time(fact.snapshot)),
+        )
+
+    def _tenant_forgotten(self, fact: TenantForgotten) -> None:
+        self.conn.execute("DELETE FROM tenant_state WHERE tenant = ?", (fact.tenant,))
+
+    # -- reading -------------------------------------------------------------------------
+    def tenant_snapshots(self) -> list[TenantSnapshot]:
+        """Every persisted tenant state, to restore the tenant actors at start."""
+        out: list[TenantSnapshot] = []
+        with self._lock:
+            rows = self.conn.execute("SELECT tenant, snapshot FROM tenant_state ORDER BY tenant").fetchall()
+        for tenant, blob in rows:
+            try:
+                snapshot = decode(blob)
+            except CodecError as exc:
+                raise LedgerError(f"{self.path}: tenant_state of {tenant}: cannot be read: {exc}") from None
+            if not isinstance(snapshot, TenantSnapshot):
+                raise LedgerError(
+                    f"{self.path}: tenant_state of {tenant} holds a {type(snapshot).__name__}, not a TenantSnapshot"
+                )
+            out.append(snapshot)
+        return out
+
+    def lease(self, uuid: str) -> dict[str, Any] | None:
+        """One lease row as a dict (for inspection and tests)."""
+        with self._lock:
+            rows = list(self.db.query("SELECT * FROM leases WHERE uuid = ?", (uuid,)))
+        return rows[0] if rows else None
+
+    def count(self, table: str) -> int:
+        if table not in self.db.table_names():
+            raise LedgerError(f"no table {table!r} in the ledger")
+        with self._lock:
+            return int(self.conn.execute(f"SELECT COUNT(*) FROM [{table}]").fetchone()[0])
+
+
+def _snapshot_time(snapshot: TenantSnapshot) -> int:
+    """The latest time the snapshot mentions (0 if none): when the tenant last learned something."""
+    times = [t for t in (snapshot.last_sample_at, snapshot.zero_since, snapshot.recheck_at) if t is not None]
+    return max(map(to_us, times)) if times else 0

@@ -1,0 +1,377 @@
+"""The billing-month tick: walk the months that have ended and move each one step.
+
+It is the whole of what ``run.py tick`` (and the ``LedgerActor`` on the hourly
+``BillingTickDue``) does. A month goes ``open -> grace -> metered ->
+finalized``:
+
+- a month that has ended and is stored ``open`` (or not stored yet) moves to
+  ``grace``, reported as the transition ``"open -> grace"``;
+- in ``grace``, once ``now >= end + grace_hours`` it is metered, unless it
+  already has a completed or finalized run; with ``auto_finalize`` it is then
+  finalized over its latest completed run;
+- a finalized month never changes.
+
+Both steps are taken against the status a month is *stored* with, so a month
+that has just ended moves into grace on one tick and is metered on a later
+one (at an hourly tick that costs an hour), and a tick meters a month at most
+once.
+
+The walk starts at the earliest stored billing period (none stored: only the
+month before ``now``) and ends at the last month that has ended. It is
+capped at ``MAX_TICK_MONTHS``: nothing bounds how old the earliest row is,
+and a walk of thousands of months is a tick that never ends. The months left
+out are counted on the oldest month walked, so they are never dropped
+without a trace (``run.py meter --period`` bills them).
+
+A month whose runs keep failing waits (``backoff``) and one failing month does
+not stop the walk: one month nothing prices must not keep the rest from
+being billed. A stopped tick stops between months.
+
+This module decides; it touches the database only through the ``PeriodBook``
+it is given (``ledger.runs.Periods``) and meters only through the
+``Options.execute`` it is given (``ledger.metering``), so the state machine
+runs in tests on a manual ``now`` with nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, Protocol
+
+from ledger.periods import Month, iso
+
+__all__ = [
+    "MAX_TICK_MONTHS",
+    "FIRST_RETRY_WAIT",
+    "MAX_RETRY_WAIT",
+    "TRANSITION_TO_GRACE",
+    "Options",
+    "MonthState",
+    "Metered",
+    "MonthBusy",
+    "AlreadyMetered",
+    "RunFailed",
+    "PeriodBook",
+    "Action",
+    "Decision",
+    "backoff",
+    "decide",
+    "MonthReport",
+    "Report",
+    "tick",
+]
+
+#: The longest walk one tick makes. Three years: an installation down longer
+#: than that has its older months billed by hand (``meter --period``).
+MAX_TICK_MONTHS = 36
+#: Wait before the second retry of a month whose runs fail; doubles per
+#: further failure. The first failure is retried at the next tick: most
+#: failures (a locked database, a crash mid-run) are gone by then.
+FIRST_RETRY_WAIT = timedelta(hours=1)
+#: A month that keeps failing is still tried once a day, so it is billed as
+#: soon as what broke it is fixed, without an operator re-arming it.
+MAX_RETRY_WAIT = timedelta(hours=24)
+
+TRANSITION_TO_GRACE = "open -> grace"
+
+
+# -- what the tick is given --------------------------------------------------------
+@dataclass(frozen=True)
+class Metered:
+    """What ``Options.execute`` returns: the completed run, and what went wrong beside it."""
+
+    run_id: str
+    #: E.g. the run could not give its month's lock back: the run and its
+    #: lines stand, the next tick clears the lock.
+    warning: str = ""
+
+
+class MonthBusy(Exception):
+    """Another process is metering this month now: this tick leaves it alone."""
+
+
+class AlreadyMetered(Exception):
+    """The month got a completed run between the tick's look and its step."""
+
+
+class RunFailed(Exception):
+    """A run was recorded and failed; ``run_id`` names it."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one tick treats the months it walks."""
+
+    #: How long a month that has ended waits before it is metered, so that
+    #: facts which arrive late (a reconcile after a websocket gap, a sidecar
+    #: that was down over the month's end) are still billed into it.
+    grace_hours: int
+    #: Finalize a month over its completed run without an operator. Off where
+    #: the numbers are reviewed before the month becomes immutable.
+    auto_finalize: bool
+    #: Meters one month at ``now``; called at most once per month per tick.
+    #: Returns ``Metered``, raises ``MonthBusy``, ``AlreadyMetered`` or
+    #: ``RunFailed``.
+    execute: Callable[[Month, datetime], Metered]
+
+    def __post_init__(self) -> None:
+        if self.grace_hours < 0:
+            raise ValueError(f"grace_hours must not be negative, got {self.grace_hours}")
+
+
+@dataclass(frozen=True)
+class MonthState:
+    """A month as stored, reduced to what the step decision reads."""
+
+    month: Month
+    #: ``open``, ``grace``, ``finalized``; None when the month has no row yet.
+    status: str | None
+    #: The latest completed (or finalized) run, None if there is none.
+    completed_run: str | None = None
+    #: Failed runs in a row, counting back from the latest run.
+    failures: int = 0
+    #: When the latest of those failed.
+    last_failure_at: datetime | None = None
+    #: A run of this month that a live process is executing now (its id and who).
+    running_elsewhere: str | None = None
+
+
+class PeriodBook(Protocol):
+    """The stored billing periods and runs, as the tick reads and moves them."""
+
+    def earliest(self) -> Month | None: ...
+
+    def reclaim_stale(self, month: Month, now: datetime) -> list[str]:
+        """Mark runs of ``month`` left running by a dead process failed; describe each."""
+        ...
+
+    def state(self, month: Month) -> MonthState: ...
+
+    def to_grace(self, month: Month, now: datetime) -> bool:
+        """Store ``month`` as grace if it is open or missing; True if this call moved it."""
+        ...
+
+    def finalize(self, month: Month, now: datetime, run_id: str | None = None) -> str:
+        """Finalize ``month`` over ``run_id`` (default: its latest completed run)."""
+        ...
+
+
+# -- the decision ---------------------------------------------------------------------
+class Action(enum.Enum):
+    NOTHING = "nothing"
+    TO_GRACE = "to grace"
+    WAIT_GRACE = "in grace"
+    HELD_BACK = "held back"
+    BUSY = "busy"
+    METER = "meter"
+    FINALIZE = "finalize"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    #: METER: finalize over the new run once it completes.
+    then_finalize: bool = False
+    retry_after: datetime | None = None
+    failures: int = 0
+
+
+def backoff(failures: int) -> timedelta:
+    """How long after its latest failure a month that failed ``failures`` times in a row waits.
+
+    None after the first, then 1 h doubling with each further failure, capped at 24 h.
+    """
+    if failures <= 1:
+        return timedelta(0)
+    # 2**(failures - 2) outgrows the cap after a handful: stop doubling there
+    # rather than build an enormous timedelta (which overflows).
+    wait = FIRST_RETRY_WAIT
+    for _ in range(failures - 2):
+        wait *= 2
+        if wait >= MAX_RETRY_WAIT:
+            return MAX_RETRY_WAIT
+    return min(wait, MAX_RETRY_WAIT)
+
+
+def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bool) -> Decision:
+    """The one step ``state`` takes at ``now``: pure, against the stored status."""
+    if state.status == "finalized":
+        return Decision(Action.NOTHING)
+    if state.status in (None, "open"):
+        return Decision(Action.TO_GRACE)
+    if state.status != "grace":
+        raise ValueError(f"billing period {state.month} has unknown status {state.status!r}")
+    if now < state.month.end + grace:
+        return Decision(Action.WAIT_GRACE)
+    if state.running_elsewhere is not None:
+        return Decision(Action.BUSY)
+    if state.completed_run is not None:
+        return Decision(Action.FINALIZE if auto_finalize else Action.NOTHING)
+    if state.failures and state.last_failure_at is not None:
+        retry_after = state.last_failure_at + backoff(state.failures)
+        if now < retry_after:
+            return Decision(Action.HELD_BACK, retry_after=retry_after, failures=state.failures)
+    return Decision(Action.METER, then_finalize=auto_finalize)
+
+
+# -- the report -------------------------------------------------------------------------
+@dataclass
+class MonthReport:
+    """What one tick did with one month."""
+
+    #: The billing month, as YYYY-MM.
+    month: str
+    #: The status change this tick wrote ("open -> grace"), empty where none.
+    transition: str = ""
+    #: The run this tick metered or finalized the month over, empty where neither.
+    run_id: str = ""
+    #: This tick finalized the month over a completed run.
+    finalized: bool = False
+    #: When a month whose runs failed is metered again, and how many failed in
+    #: a row; set only where this tick held the month back.
+    retry_after: datetime | None = None
+    failures: int = 0
+    #: How many months older than this one the walk left out (on the oldest
+    #: month walked only).
+    skipped_before: int = 0
+    #: What went wrong beside the month's step (the month got where it was
+    #: going): a lock not given back, a stale run reclaimed, a month skipped
+    #: because another process is metering it.
+    warning: str = ""
+    #: What went wrong with this month; the fields above still say what it got to.
+    error: str = ""
+    #: The month's stored status after this tick.
+    status: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "month": self.month,
+            "status": self.status,
+            "transition": self.transition,
+            "run_id": self.run_id,
+            "finalized": self.finalized,
+            "retry_after": iso(self.retry_after) or None,
+            "failures": self.failures,
+            "skipped_before": self.skipped_before,
+            "warning": self.warning,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Report:
+    """One entry per month walked, in walk order; a month where nothing was due has one too."""
+
+    months: list[MonthReport] = field(default_factory=list)
+    #: The tick was stopped before it had walked every month.
+    stopped: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return any(m.error for m in self.months)
+
+    @property
+    def error(self) -> str:
+        """Every month's failure, joined ("" when none): what the exit status reports."""
+        return "; ".join(f"{m.month}: {m.error}" for m in self.months if m.error)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.months)
+
+    def __len__(self) -> int:
+        return len(self.months)
+
+    def __getitem__(self, i: int) -> MonthReport:
+        return self.months[i]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "months": [m.as_dict() for m in self.months],
+            "stopped": self.stopped,
+            "error": self.error,
+        }
+
+
+# -- the walk ------------------------------------------------------------------------------
+class _Stop(Protocol):
+    def is_set(self) -> bool: ...
+
+
+def walk(earliest: Month | None, now: datetime) -> tuple[list[Month], int]:
+    """The months a tick at ``now`` walks, oldest first, and how many older ones it leaves out."""
+    last = Month.of(now).previous()
+    first = earliest if earliest is not None and earliest <= last else last
+    months = list(first.until(last))
+    skipped = max(0, len(months) - MAX_TICK_MONTHS)
+    return months[skipped:], skipped
+
+
+def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None = None) -> Report:
+    """Walk the months that have ended and move each one step. ``now`` is an argument."""
+    if now.tzinfo is None:
+        raise ValueError("tick: now must be timezone-aware (UTC)")
+    months, skipped = walk(book.earliest(), now)
+    report = Report()
+    grace = timedelta(hours=options.grace_hours)
+    for i, month in enumerate(months):
+        if stop is not None and stop.is_set():
+            report.stopped = True
+            break
+        row = MonthReport(month=str(month), skipped_before=skipped if i == 0 else 0)
+        report.months.append(row)
+        try:
+            _step(book, month, now, grace, options, row)
+        except Exception as exc:  # one month's failure must not end the walk
+            row.error = row.error or f"{type(exc).__name__}: {exc}"
+    return report
+
+
+def _warn(row: MonthReport, text: str) -> None:
+    row.warning = f"{row.warning}; {text}" if row.warning else text
+
+
+def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, options: Options, row: MonthReport) -> None:
+    for note in book.reclaim_stale(month, now):
+        _warn(row, note)
+    state = book.state(month)
+    row.status = state.status or "open"
+    decision = decide(state, now, grace, options.auto_finalize)
+    action = decision.action
+    if action is Action.TO_GRACE:
+        if book.to_grace(month, now):
+            row.transition = TRANSITION_TO_GRACE
+        row.status = "grace"
+    elif action is Action.HELD_BACK:
+        row.retry_after = decision.retry_after
+        row.failures = decision.failures
+    elif action is Action.BUSY:
+        _warn(row, f"being metered elsewhere ({state.running_elsewhere}): skipped by this tick")
+    elif action is Action.FINALIZE:
+        row.run_id = book.finalize(month, now, state.completed_run)
+        row.finalized = True
+        row.status = "finalized"
+    elif action is Action.METER:
+        try:
+            metered = options.execute(month, now)
+        except MonthBusy as exc:
+            _warn(row, f"being metered elsewhere ({exc}): skipped by this tick")
+            return
+        except AlreadyMetered:
+            return
+        except RunFailed as exc:
+            row.run_id = exc.run_id
+            row.error = str(exc)
+            return
+        row.run_id = metered.run_id
+        if metered.warning:
+            _warn(row, metered.warning)
+        if decision.then_finalize:
+            book.finalize(month, now, metered.run_id)
+            row.finalized = True
+            row.status = "finalized"

@@ -1,0 +1,293 @@
+"""Metering a month matches the chain model's own accrual to the last unit.
+
+The chain model is driven directly on a manual clock through February and
+March 2026: leases acknowledged before and during the month at sub-second
+offsets, closed mid-month by the provider and by the tenant, one auto-closed
+when its tenant's credit runs out during a withdrawal, another provider's
+lease drawing on a shared tenant, paged withdrawals. The ledger is fed the
+same facts the sidecar would record (lease events, the leases as read from
+the chain, per-lease settlements from the transactions' events).
+
+The chain accrues only when it settles, so the model's accrual *for March*
+is read by settling every lease at both ends of the month (a provider-wide
+withdraw at 00:00:00 on March 1 and April 1): ``accrued_total`` after the
+April settlement minus after the March one. What was withdrawn in March is
+``paid_total`` just before the April settlement minus just before the March
+one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from chain.errors import ChainError
+from chain.events import lease_events_from_tx
+from chain.model import BillingModel, TxEvents
+from ledger.facts import settlements_from_tx
+from ledger.metering import accrued_seconds, meter_month
+from ledger.periods import Month, to_us
+from ledger.statements import tenant_totals
+from ledger.store import Ledger
+from ledger.tick import RunFailed
+from messages.chain import LeaseItem
+from messages.coins import Coin
+from messages.lease_events import LeaseEvent
+from messages.ledger import (
+    LeaseEventRecorded,
+    LeaseObserved,
+    LeasesReconciled,
+    LeaseSettled,
+)
+from runtime.clock import ManualClock, utc
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER_ADDRESS = "manifest1provider"
+OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+OTHER_ADDRESS = "manifest1other"
+FEB, MAR, APR = Month(2026, 2), Month(2026, 3), Month(2026, 4)
+
+RICH, POOR, SHARED = "manifest1rich", "manifest1poor", "manifest1shared"
+
+
+def item(price: int, quantity: int = 1, denom: str = "umfx") -> LeaseItem:
+    return LeaseItem("sku-1", quantity, Coin(denom, price))
+
+
+class Feed:
+    """What the sidecar records, taken from the model's transactions as they happen."""
+
+    def __init__(self, model: BillingModel, provider: str) -> None:
+        self.model = model
+        self.provider = provider
+        self.facts: list[object] = []
+        model.subscribe(self._on_tx)
+
+    def _on_tx(self, tx: TxEvents) -> None:
+        pairs = [(e.type, dict(e.attributes)) for e in tx.events]
+        for ev in lease_events_from_tx(pairs, tx.height):
+            self.facts.append(LeaseEventRecorded(tx.time, ev))
+            if ev.provider_uuid == self.provider and ev.kind == "acknowledged":
+                # The sidecar reads a new lease for its items (its price).
+                self.facts.append(LeaseObserved(tx.time, self.model.lease(ev.lease_uuid)))
+        self.facts.extend(settlements_from_tx(tx.tx_hash, tx.time, pairs, self.provider))
+
+    def reconcile(self) -> None:
+        at = self.model.clock.now()
+        self.facts.append(LeasesReconciled(at, self.model.active_leases_by_provider(self.provider)))
+
+
+def drain(model: BillingModel, sender: str, provider: str, limit: int = 2) -> None:
+    """A provider-wide withdraw, paged until the cursor is empty."""
+    key = b""
+    while True:
+        try:
+            r = model.withdraw(sender, provider_uuid=provider, limit=limit, key=key)
+        except ChainError:  # no active lease: nothing to withdraw
+            return
+        if not r.next_key:
+            return
+        key = r.next_key
+
+
+class Month2026:
+    """The model driven through February and March 2026, with the boundary readings."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(utc(2026, 2, 20))
+        self.model = m = BillingModel(self.clock)
+        m.register_provider(PROVIDER, PROVIDER_ADDRESS)
+        m.register_provider(OTHER, OTHER_ADDRESS)
+        self.feed = Feed(m, PROVIDER)
+        big = 10**15
+        m.fund_credit(RICH, [Coin("umfx", big), Coin("upwr", big)])
+        m.fund_credit(SHARED, [Coin("umfx", big)])
+        ours = self.ours = []
+
+        def lease(tenant: str, items: list[LeaseItem], provider: str = PROVIDER) -> str:
+            uuid = m.create_lease(tenant, provider, items).uuid
+            if provider == PROVIDER:
+                ours.append(uuid)
+            return uuid
+
+        clock = self.clock
+        self.l1 = lease(RICH, [item(3, 2), item(5, 1, "upwr")])
+        clock.advance_to(utc(2026, 2, 25, 12) + timedelta(microseconds=400_000))
+        self.l2 = lease(SHARED, [item(7)])
+        self.o1 = lease(SHARED, [item(11)], provider=OTHER)
+        self.feed.reconcile()  # the sidecar starts and reads the active leases
+
+        # -- March 1, 00:00:00: settle everything (the month's starting line) --
+        clock.advance_to(MAR.start)
+        self.paid_before_from = self._paid()
+        drain(m, PROVIDER_ADDRESS, PROVIDER)
+        self.accrued_at_from = self._accrued()
+
+        # Withdraw every 6 hours through the month; these happen between withdrawals.
+        t = utc(2026, 3, 1, 6)
+
+        def poor_tenant_opens() -> None:
+            m.fund_credit(POOR, [Coin("umfx", 1000 * 86_400 * 5 // 2)])  # ~2.5 days of its lease
+            self.l3 = lease(POOR, [item(1000)])
+
+        events = [
+            (utc(2026, 3, 3, 10, 20, 30) + timedelta(microseconds=250_000), poor_tenant_opens),
+            (utc(2026, 3, 10, 8) + timedelta(microseconds=700_000),
+             lambda: setattr(self, "l4", lease(RICH, [item(4, 3)]))),
+            (utc(2026, 3, 15, 9), lambda: drain(m, OTHER_ADDRESS, OTHER)),
+            (utc(2026, 3, 20, 17, 45, 12) + timedelta(microseconds=300_000),
+             lambda: m.close_leases(PROVIDER_ADDRESS, [self.l4], "operator closed")),
+            (utc(2026, 3, 28, 23, 59, 59) + timedelta(microseconds=900_000),
+             lambda: m.close_leases(SHARED, [self.l2], "tenant left")),
+            (utc(2026, 3, 31, 23, 59, 59) + timedelta(microseconds=500_000),
+             lambda: setattr(self, "l5", lease(RICH, [item(9, 1, "upwr")]))),
+        ]
+        while t < MAR.end:
+            while events and events[0][0] <= t:
+                when, action = events.pop(0)
+                clock.advance_to(max(when, clock.now()))
+                action()
+            if clock.now() < t:
+                clock.advance_to(t)
+            drain(m, PROVIDER_ADDRESS, PROVIDER)
+            t += timedelta(hours=6)
+        for when, action in events:
+            clock.advance_to(when)
+            action()
+
+        # -- April 1, 00:00:00: settle everything again (the month's finish line) --
+        clock.advance_to(MAR.end)
+        self.paid_before_to = self._paid()
+        drain(m, PROVIDER_ADDRESS, PROVIDER)
+        self.accrued_at_to = self._accrued()
+        self.feed.reconcile()
+
+    def _totals(self, index: int) -> dict[str, dict[str, int]]:
+        return {u: self.model.lease_totals(u)[index] for u in self.ours}
+
+    def _accrued(self) -> dict[str, dict[str, int]]:
+        return self._totals(0)
+
+    def _paid(self) -> dict[str, dict[str, int]]:
+        return self._totals(1)
+
+    def expected(self, later: dict, earlier: dict) -> dict[str, dict[str, int]]:
+        """Per tenant, per denom: ``later - earlier`` over our leases."""
+        out: dict[str, dict[str, int]] = {}
+        for uuid in self.ours:
+            tenant = self.model.lease(uuid).tenant
+            for denom, amount in later.get(uuid, {}).items():
+                diff = amount - earlier.get(uuid, {}).get(denom, 0)
+                out.setdefault(tenant, {})
+                out[tenant][denom] = out[tenant].get(denom, 0) + diff
+        return {t: {d: a for d, a in v.items() if a} for t, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def world() -> Month2026:
+    return Month2026()
+
+
+@pytest.fixture
+def ledger(tmp_path, world):
+    lg = Ledger.open(tmp_path / "ledger.sqlite", PROVIDER)
+    lg.record_all(world.feed.facts)
+    yield lg
+    lg.close()
+
+
+def test_the_world_exercises_what_it_claims(world):
+    m = world.model
+    assert m.lease(world.l3).closure_reason == "credit_exhausted"
+    assert utc(2026, 3, 5) < m.lease(world.l3).closed_at < utc(2026, 3, 7)  # ran dry in ~2.5 days
+    assert m.lease(world.l4).closed_at.microsecond == 300_000
+    accrued, paid = m.lease_totals(world.l3)
+    assert accrued["umfx"] > paid["umfx"]  # the poor tenant's credit ran out before settlement
+    assert world.l5 in world.ours
+
+
+def test_march_statement_equals_the_models_accrual_to_the_last_unit(world, ledger):
+    result = meter_month(ledger, MAR, utc(2026, 4, 2))
+    assert result.leases == 5  # l1..l5 of ours; the other provider's lease is not ours
+    totals = tenant_totals(ledger, MAR)
+    accrued = {t: {d: a for d, (a, _w) in v.items() if a} for t, v in totals.items()}
+    withdrawn = {t: {d: w for d, (_a, w) in v.items() if w} for t, v in totals.items()}
+    assert accrued == world.expected(world.accrued_at_to, world.accrued_at_from)
+    assert withdrawn == world.expected(world.paid_before_to, world.paid_before_from)
+    # The poor tenant's shortfall is what its credit did not cover.
+    a, w = totals[POOR]["umfx"]
+    model_accrued, model_paid = world.model.lease_totals(world.l3)
+    assert a - w == model_accrued["umfx"] - model_paid["umfx"] > 0
+
+
+def test_february_and_march_add_up_to_each_leases_whole_accrual(world, ledger):
+    meter_month(ledger, FEB, utc(2026, 4, 2))
+    meter_month(ledger, MAR, utc(2026, 4, 2))
+    feb = tenant_totals(ledger, FEB)
+    assert {t: {d: a for d, (a, _) in v.items()} for t, v in feb.items()} == world.expected(world.accrued_at_from, {})
+    # Leases closed in March have accrued everything they ever will: Feb + Mar is their life.
+    rows = ledger.conn.execute(
+        "SELECT lease_uuid, denom, SUM(CAST(accrued AS INTEGER)) FROM statement_lines GROUP BY lease_uuid, denom"
+    ).fetchall()
+    by_lease = {(u, d): a for u, d, a in rows}
+    for uuid in (world.l2, world.l3, world.l4):
+        model_accrued, _ = world.model.lease_totals(uuid)
+        for denom, amount in model_accrued.items():
+            assert by_lease[(uuid, denom)] == amount, (uuid, denom)
+
+
+def test_a_lease_acknowledged_half_a_second_before_the_months_end_accrues_nothing_in_it(world, ledger):
+    meter_month(ledger, MAR, utc(2026, 4, 2))
+    n = ledger.conn.execute("SELECT COUNT(*) FROM statement_lines WHERE lease_uuid = ?", (world.l5,)).fetchone()[0]
+    assert n == 0
+    assert world.model.lease_totals(world.l5)[0] == {"upwr": 0}
+
+
+def test_replaying_every_fact_changes_nothing(world, ledger, tmp_path):
+    def dump() -> list:
+        out = []
+        for table in ("leases", "lease_events", "settlements", "withdrawals", "closures", "tenant_state"):
+            out.append(sorted(ledger.conn.execute(f"SELECT * FROM {table}").fetchall()))
+        return out
+
+    before = dump()
+    assert ledger.count("lease_events") > 0 and ledger.count("settlements") > 0
+    ledger.record_all(world.feed.facts)  # the whole capture again
+    ledger.record_all(reversed(world.feed.facts))  # and out of order
+    assert dump() == before
+
+
+# -- the seconds, alone ---------------------------------------------------------------------------
+def test_accrued_seconds_count_whole_seconds_like_the_chain():
+    s = 1_000_000
+    start, end = to_us(MAR.start), to_us(MAR.end)
+    month = (end - start) // s
+    assert accrued_seconds(start - 10 * s, None, start, end) == month
+    # Acknowledged 0.4 s into the month: the last whole second ends 0.4 s into April.
+    assert accrued_seconds(start + 400_000, None, start, end) == month - 1
+    # ... and that second is April's.
+    assert accrued_seconds(start + 400_000, None, end, to_us(APR.end)) == (to_us(APR.end) - end) // s
+    # Closed 0.9 s after a whole second: the fraction is never accrued.
+    assert accrued_seconds(start + 400_000, start + 10 * s + 300_000, start, end) == 9
+    assert accrued_seconds(start - 5 * s, start - s, start, end) == 0
+    assert accrued_seconds(end - 500_000, None, start, end) == 0
+
+
+def test_a_month_with_an_unpriced_lease_fails_and_names_it(tmp_path):
+    lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
+    at = utc(2026, 3, 5)
+    lg.record(LeaseEventRecorded(at, LeaseEvent("acknowledged", "lease-x", RICH, PROVIDER)))
+    with pytest.raises(RunFailed, match=r"1 lease\(s\) active in 2026-03 have no known price.*lease-x") as err:
+        meter_month(lg, MAR, utc(2026, 4, 2))
+    runs = lg.conn.execute("SELECT id, status FROM runs").fetchall()
+    assert runs == [(err.value.run_id, "failed")]
+    lg.close()
+
+
+def test_a_settlement_of_a_lease_the_ledger_never_saw_active_is_still_shown(tmp_path):
+    lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
+    lg.record(LeaseSettled(utc(2026, 3, 9), "TX1", "lease-unknown", (Coin("umfx", 42),), tenant=RICH))
+    meter_month(lg, MAR, utc(2026, 4, 2))
+    assert tenant_totals(lg, MAR) == {RICH: {"umfx": (0, 42)}}
+    lg.close()
