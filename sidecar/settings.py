@@ -58,3 +58,4 @@ class DemoSettings:
 
 import actors.settings  # noqa: E402,F401  (sections declared beside their parts)
 import ledger.settings  # noqa: E402,F401  ([ledger])
+import capture.settings  # noqa: E402,F401  ([capture])

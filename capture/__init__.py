@@ -1,0 +1,23 @@
+"""Capture: every delivered message, appended to msgpack logs that replay reads back.
+
+- ``capture.writer.CaptureWriter``: the dispatcher's delivery tap;
+- ``capture.reader.CaptureReader``: records back, in order, or errors naming file and offset;
+- ``capture.format``: the file format (framing, record kinds);
+- ``capture.wire``: a fast, byte-compatible path to ``messages.codec``;
+- ``capture.settings``: the ``[capture]`` config section.
+"""
+
+from capture.errors import (  # noqa: F401
+    CaptureError,
+    CaptureWriteError,
+    CorruptRecord,
+    MissingPart,
+    NewerCaptureFormat,
+    NewerSchemaInCapture,
+    NotACapture,
+    TruncatedRecord,
+    UnknownTypeInCapture,
+)
+from capture.format import DeliveryRecord, OpaqueDelivery, RunEnd, RunStart  # noqa: F401
+from capture.reader import CaptureReader, Entry, SkipCounts, read_records  # noqa: F401
+from capture.writer import CaptureWriter  # noqa: F401

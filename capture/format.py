@@ -1,0 +1,186 @@
+"""The capture file format: a file header, then framed msgpack records.
+
+A capture file is::
+
+    file header   8 bytes  b"LWCAP\\r\\n\\x1a"  (the \\r\\n and ^Z catch text-mode copies)
+                  2 bytes  format version, big-endian
+    frame*        2 bytes  FRAME_MARK
+                  4 bytes  body length, big-endian
+                  4 bytes  CRC-32 of the mark, the length and the body
+                  body     one msgpack array (``messages.codec`` wire format)
+
+The CRC covers the length, so a damaged length is caught as surely as a
+damaged body. Frames are only ever appended, whole, so a crash can leave at
+most one partial frame at the end of the last file; the reader reports it as
+a truncated record. The mark lets a reader that skips bad data find the next
+frame.
+
+Record bodies (the first element says which):
+
+- ``[0, seq, at, sender, recipient, cause, message]``: one delivery;
+- ``[1, {...}]``: the start of a run: version, start time, clock, the
+  effective configuration (secrets left out). First record of every run;
+- ``[2, {...}]``: a file header: which run, which part, when it was opened.
+  First record of every file, so each file says where it belongs;
+- ``[3, {...}]``: a clean end of a run (records written, time);
+- ``[4, seq, at, sender, recipient, cause, type_name]``: a delivery whose
+  message could not be encoded (not a registered message type); replay
+  knows an input is missing rather than silently skipping it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "FILE_MAGIC",
+    "FORMAT_VERSION",
+    "FILE_HEADER",
+    "FRAME_MARK",
+    "FRAME_HEADER",
+    "FILE_SUFFIX",
+    "frame",
+    "frame_crc",
+    "RunStart",
+    "FilePart",
+    "RunEnd",
+    "DeliveryRecord",
+    "OpaqueDelivery",
+    "KIND_DELIVERY",
+    "KIND_RUN_START",
+    "KIND_FILE_PART",
+    "KIND_RUN_END",
+    "KIND_OPAQUE",
+]
+
+FILE_MAGIC = b"LWCAP\r\n\x1a"
+#: Raised when the frame layout or the record kinds change meaning; a reader
+#: refuses files written with a newer version instead of misreading them.
+FORMAT_VERSION = 1
+FILE_HEADER = struct.Struct(">8sH")
+FRAME_MARK = b"\xc1\xa7"  # 0xc1 is never used by msgpack, so a body rarely holds the mark
+FRAME_HEADER = struct.Struct(">2sII")
+FILE_SUFFIX = ".lwcap"
+
+KIND_DELIVERY = 0
+KIND_RUN_START = 1
+KIND_FILE_PART = 2
+KIND_RUN_END = 3
+KIND_OPAQUE = 4
+
+
+def frame_crc(length: int, body: bytes | memoryview) -> int:
+    return zlib.crc32(body, zlib.crc32(FRAME_MARK + length.to_bytes(4, "big")))
+
+
+def frame(body: bytes) -> bytes:
+    """One framed record around an encoded body."""
+    n = len(body)
+    if n > 0xFFFFFFFF:
+        raise ValueError(f"a capture record of {n} bytes is larger than the format allows (4 GiB)")
+    return FRAME_HEADER.pack(FRAME_MARK, n, frame_crc(n, body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """First record of a run: what was running, since when, configured how."""
+
+    run_id: str
+    started_at: datetime
+    version: str
+    #: The clock the run used (``ManualClock``, ``RealClock``) and its speed.
+    clock: str
+    clock_speed: float
+    #: ``Config.effective()``: every section, secrets left out.
+    config: dict[str, dict[str, Any]]
+    format: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_body(self) -> list[Any]:
+        return [
+            KIND_RUN_START,
+            {
+                "run": self.run_id,
+                "started_at": self.started_at,
+                "version": self.version,
+                "clock": self.clock,
+                "clock_speed": self.clock_speed,
+                "config": self.config,
+                "format": self.format,
+                "extra": self.extra,
+            },
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart:
+    """First record of every file."""
+
+    run_id: str
+    run_started_at: datetime
+    part: int
+    opened_at: datetime
+
+    def to_body(self) -> list[Any]:
+        return [
+            KIND_FILE_PART,
+            {"run": self.run_id, "run_started_at": self.run_started_at, "part": self.part, "opened_at": self.opened_at},
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """Written by a clean stop: a run without one ended in a crash (or is still running)."""
+
+    run_id: str
+    ended_at: datetime
+    records: int
+    unencodable: int = 0
+
+    def to_body(self) -> list[Any]:
+        return [
+            KIND_RUN_END,
+            {"run": self.run_id, "ended_at": self.ended_at, "records": self.records, "unencodable": self.unencodable},
+        ]
+
+
+class DeliveryRecord:
+    """One captured delivery (the ``runtime.dispatch.Delivery`` fields)."""
+
+    __slots__ = ("seq", "at", "sender", "recipient", "cause", "message")
+
+    def __init__(self, seq: int, at: datetime, sender: str, recipient: str, cause: int, message: Any) -> None:
+        self.seq = seq
+        self.at = at
+        self.sender = sender
+        self.recipient = recipient
+        self.cause = cause
+        self.message = message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeliveryRecord):
+            return NotImplemented
+        return (self.seq, self.at, self.sender, self.recipient, self.cause, self.message) == (
+            other.seq, other.at, other.sender, other.recipient, other.cause, other.message
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"DeliveryRecord(seq={self.seq}, at={self.at.isoformat()}, {self.sender} -> {self.recipient}, "
+            f"cause={self.cause}, {type(self.message).__name__})"
+        )
+
+
+class OpaqueDelivery(DeliveryRecord):
+    """A delivery whose message could not be captured; ``message`` is its type name."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"OpaqueDelivery(seq={self.seq}, {self.sender} -> {self.recipient}, {self.message})"

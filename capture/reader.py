@@ -1,0 +1,448 @@
+"""Reading capture logs back: every record of every file, in order, or a clear error.
+
+``CaptureReader(paths)`` takes files and directories (a directory means its
+``*.lwcap`` files), orders the files by run and part (each file's first
+record says which run and which part it is, so renamed or shuffled files
+still read in order) and yields an ``Entry(path, offset, record)`` per
+record: ``RunStart``, ``DeliveryRecord``, ``OpaqueDelivery``, ``RunEnd``.
+
+Bad data raises one of ``capture.errors`` naming the file and the byte
+offset: a file that is not a capture or has a newer format, a truncated
+record (what a crash leaves at the end of the last file), a corrupt record
+(CRC mismatch, damaged frame, malformed body), an unknown message type, a
+newer schema version, a missing part of a run. With ``skip_bad=True`` the
+reader goes on past each of them and counts it in ``skipped``: a record with
+an intact frame is skipped alone; after a damaged frame it looks for the
+next intact one. It never raises anything else on bad data and never loops
+without making progress (the tests feed it random bytes).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from capture.errors import (
+    CaptureError,
+    CorruptRecord,
+    MissingPart,
+    NewerCaptureFormat,
+    NewerSchemaInCapture,
+    NotACapture,
+    TruncatedRecord,
+    UnknownTypeInCapture,
+)
+from capture.format import (
+    FILE_HEADER,
+    FILE_MAGIC,
+    FILE_SUFFIX,
+    FORMAT_VERSION,
+    FRAME_HEADER,
+    FRAME_MARK,
+    KIND_DELIVERY,
+    KIND_FILE_PART,
+    KIND_OPAQUE,
+    KIND_RUN_END,
+    KIND_RUN_START,
+    DeliveryRecord,
+    FilePart,
+    OpaqueDelivery,
+    RunEnd,
+    RunStart,
+    frame_crc,
+)
+from capture.wire import WireDecoder
+from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
+
+__all__ = ["Entry", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
+
+#: How many skipped problems are kept for display; the rest are only counted.
+KEPT_PROBLEMS = 100
+
+_HEADER_SIZE = FRAME_HEADER.size
+_unpack_header = FRAME_HEADER.unpack_from
+
+
+class Entry:
+    """One record and where it was read: ``path``, byte ``offset`` of its frame."""
+
+    __slots__ = ("path", "offset", "record")
+
+    def __init__(self, path: str, offset: int, record: Any) -> None:
+        self.path = path
+        self.offset = offset
+        self.record = record
+
+    def where(self) -> str:
+        return f"{self.path}:{self.offset}"
+
+    def __repr__(self) -> str:
+        return f"Entry({self.path}:{self.offset}, {self.record!r})"
+
+
+@dataclass
+class SkipCounts:
+    """What ``skip_bad`` went past."""
+
+    records: int = 0
+    bytes: int = 0
+    files: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    problems: list[CaptureError] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+    def add(self, error: CaptureError, *, records: int = 0, nbytes: int = 0, files: int = 0) -> None:
+        self.records += records
+        self.bytes += nbytes
+        self.files += files
+        self.by_kind[error.kind] = self.by_kind.get(error.kind, 0) + 1
+        if len(self.problems) < KEPT_PROBLEMS:
+            self.problems.append(error)
+
+    def summary(self) -> str:
+        if not self.by_kind:
+            return "nothing skipped"
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items()))
+        return f"skipped {self.records} record(s), {self.bytes} byte(s), {self.files} file(s) ({kinds})"
+
+
+class _File:
+    __slots__ = ("path", "size", "part")
+
+    def __init__(self, path: str, size: int, part: FilePart) -> None:
+        self.path = path
+        self.size = size
+        self.part = part
+
+    def order(self) -> tuple[datetime, str, int]:
+        return (self.part.run_started_at, self.part.run_id, self.part.part)
+
+
+def capture_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The files named: directories expand to their ``*.lwcap`` files (sorted); duplicates dropped."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.iterdir() if f.name.endswith(FILE_SUFFIX) and f.is_file())
+        else:
+            found = [str(path)]
+        for f in found:
+            key = os.path.realpath(f)
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    return out
+
+
+class _Decoding:
+    """Turns a frame body into a record, mapping every decode failure to a capture error."""
+
+    def __init__(self) -> None:
+        self.decoder = WireDecoder()
+
+    def record(self, path: str, offset: int, body: bytes) -> Any:
+        try:
+            value = self.decoder.decode(body)
+        except UnknownMessageType as exc:
+            raise UnknownTypeInCapture(path, offset, str(exc)) from None
+        except NewerSchemaVersion as exc:
+            raise NewerSchemaInCapture(path, offset, str(exc)) from None
+        except CodecError as exc:
+            raise CorruptRecord(path, offset, f"malformed record body: {exc}") from None
+        if type(value) is not tuple or not value or type(value[0]) is not int:
+            raise CorruptRecord(path, offset, "record body is not [kind, ...]")
+        kind = value[0]
+        if kind == KIND_DELIVERY or kind == KIND_OPAQUE:
+            if len(value) != 7:
+                raise CorruptRecord(path, offset, f"delivery record has {len(value)} fields, expected 7")
+            _, seq, at, sender, recipient, cause, message = value
+            if not (
+                type(seq) is int
+                and isinstance(at, datetime)
+                and type(sender) is str
+                and type(recipient) is str
+                and type(cause) is int
+            ):
+                raise CorruptRecord(path, offset, "delivery record fields have the wrong types")
+            if kind == KIND_OPAQUE:
+                if type(message) is not str:
+                    raise CorruptRecord(path, offset, "opaque delivery without a type name")
+                return OpaqueDelivery(seq, at, sender, recipient, cause, message)
+            return DeliveryRecord(seq, at, sender, recipient, cause, message)
+        if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
+            if len(value) != 2 or type(value[1]) is not dict:
+                raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
+            try:
+                return _header_record(kind, value[1])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
+        raise NewerCaptureFormat(
+            path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
+        )
+
+
+def _typed(d: dict[Any, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = d[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise TypeError(f"{key} is {type(value).__name__}")
+    return value
+
+
+def _header_record(kind: int, d: dict[Any, Any]) -> Any:
+    if kind == KIND_RUN_START:
+        config = _typed(d, "config", dict)
+        for section, values in config.items():
+            if not isinstance(section, str) or not isinstance(values, dict):
+                raise TypeError("config is not {section: {key: value}}")
+        extra = d.get("extra", {})
+        if not isinstance(extra, dict):
+            raise TypeError("extra is not a table")
+        return RunStart(
+            run_id=_typed(d, "run", str),
+            started_at=_typed(d, "started_at", datetime),
+            version=_typed(d, "version", str),
+            clock=_typed(d, "clock", str),
+            clock_speed=float(_typed(d, "clock_speed", (int, float))),
+            config=config,
+            format=_typed(d, "format", int),
+            extra=extra,
+        )
+    if kind == KIND_FILE_PART:
+        return FilePart(
+            run_id=_typed(d, "run", str),
+            run_started_at=_typed(d, "run_started_at", datetime),
+            part=_typed(d, "part", int),
+            opened_at=_typed(d, "opened_at", datetime),
+        )
+    return RunEnd(
+        run_id=_typed(d, "run", str),
+        ended_at=_typed(d, "ended_at", datetime),
+        records=_typed(d, "records", int),
+        unencodable=_typed(d, "unencodable", int),
+    )
+
+
+def _frame_at(buf: Any, path: str, pos: int, end: int) -> tuple[bytes, int]:
+    """The body of the frame at ``pos`` and where the next frame starts."""
+    if end - pos < _HEADER_SIZE:
+        raise TruncatedRecord(
+            path, pos, f"file ends {end - pos} byte(s) into a record header: the writer stopped mid-record"
+        )
+    mark, length, crc = _unpack_header(buf, pos)
+    if mark != FRAME_MARK:
+        raise CorruptRecord(path, pos, f"no record starts here (found {bytes(mark).hex()}, expected {FRAME_MARK.hex()})")
+    body_end = pos + _HEADER_SIZE + length
+    if body_end > end:
+        raise TruncatedRecord(
+            path,
+            pos,
+            f"record of {length} byte(s) is cut off after {end - pos - _HEADER_SIZE}: "
+            "the writer stopped mid-record (or its length is damaged)",
+        )
+    body = buf[pos + _HEADER_SIZE : body_end]
+    if frame_crc(length, body) != crc:
+        raise CorruptRecord(path, pos, f"CRC mismatch in a record of {length} byte(s)")
+    return body, body_end
+
+
+def _frame_problem(buf: Any, path: str, pos: int, end: int) -> CaptureError:
+    """Why the frame at ``pos`` cannot be read (the caller found it bad)."""
+    try:
+        _frame_at(buf, path, pos, end)
+    except CaptureError as exc:
+        return exc
+    return CorruptRecord(path, pos, "unreadable record")
+
+
+def _resync(buf: Any, pos: int, end: int) -> int:
+    """The offset of the next intact frame after ``pos`` (``end`` if there is none)."""
+    find = buf.find
+    while True:
+        cand = find(FRAME_MARK, pos, end)
+        if cand < 0:
+            return end
+        if end - cand >= _HEADER_SIZE:
+            _, length, crc = _unpack_header(buf, cand)
+            body_end = cand + _HEADER_SIZE + length
+            if body_end <= end and frame_crc(length, buf[cand + _HEADER_SIZE : body_end]) == crc:
+                return cand
+        pos = cand + 1
+
+
+def _probe(path: str, decoding: _Decoding) -> _File:
+    """Check the file header and read the first record (which run, which part)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(FILE_HEADER.size)
+            size = os.fstat(fh.fileno()).st_size
+            if len(head) < FILE_HEADER.size:
+                if FILE_MAGIC.startswith(head[: len(FILE_MAGIC)]):
+                    raise TruncatedRecord(
+                        path, len(head), f"file ends inside its {FILE_HEADER.size}-byte header ({len(head)} byte(s))"
+                    )
+                raise NotACapture(path, 0, "not a leasewarden capture file (no capture header)")
+            magic, version = FILE_HEADER.unpack(head)
+            if magic != FILE_MAGIC:
+                raise NotACapture(path, 0, "not a leasewarden capture file (no capture header)")
+            if version > FORMAT_VERSION:
+                raise NewerCaptureFormat(
+                    path, len(FILE_MAGIC),
+                    f"capture format version {version} is newer than the version {FORMAT_VERSION} this build reads",
+                )
+            first = fh.read(_HEADER_SIZE)
+            if len(first) == _HEADER_SIZE:
+                _, length, _ = _unpack_header(first, 0)
+                if length <= size:
+                    first += fh.read(length)
+    except OSError as exc:
+        raise NotACapture(path, 0, f"cannot read: {exc.strerror or exc}") from None
+    pos = FILE_HEADER.size
+    try:
+        body, _ = _frame_at(first, path, 0, len(first))
+    except CaptureError as exc:
+        raise _shift(exc, pos) from None
+    record = decoding.record(path, pos, body)
+    if not isinstance(record, FilePart):
+        raise CorruptRecord(path, pos, "the first record of a capture file is not its file header")
+    return _File(path, size, record)
+
+
+def _shift(error: CaptureError, base: int) -> CaptureError:
+    """``error`` with its offset moved by ``base`` (frames parsed from a slice)."""
+    return type(error)(error.path, error.offset + base, error.reason)
+
+
+class CaptureReader:
+    """Iterate the records of capture files, in run and part order."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike[str]], *, skip_bad: bool = False) -> None:
+        self.skip_bad = skip_bad
+        self.skipped = SkipCounts()
+        self._decoding = _Decoding()
+        self.files: list[_File] = []
+        self._order_problems: list[tuple[CaptureError, _File | None]] = []
+        for path in capture_files(paths):
+            try:
+                f = _probe(path, self._decoding)
+            except CaptureError as exc:
+                self._bad(exc, files=1)
+                continue
+            self.files.append(f)
+        self.files.sort(key=_File.order)
+        self._check_parts()
+        self.total_bytes = sum(f.size for f in self.files)
+        #: Bytes of the files read so far (for a progress bar).
+        self.bytes_done = 0
+
+    def _bad(self, error: CaptureError, *, records: int = 0, nbytes: int = 0, files: int = 0) -> None:
+        if not self.skip_bad:
+            raise error
+        self.skipped.add(error, records=records, nbytes=nbytes, files=files)
+
+    def _check_parts(self) -> None:
+        """Parts of a run must follow each other; a run may begin at any part
+        (its earlier files were left out or cleaned up), which replay reports."""
+        kept: list[_File] = []
+        prev: _File | None = None
+        for f in self.files:
+            p = f.part
+            if prev is not None and prev.part.run_id == p.run_id:
+                if p.part == prev.part.part:
+                    self._bad(CorruptRecord(f.path, FILE_HEADER.size, f"second file for part {p.part} of run {p.run_id} (the other is {prev.path})"), files=1)
+                    continue
+                if p.part != prev.part.part + 1:
+                    self._bad(MissingPart(
+                        f.path, FILE_HEADER.size,
+                        f"part(s) {prev.part.part + 1}..{p.part - 1} of run {p.run_id} are missing (between {prev.path} and this file)",
+                    ))
+            kept.append(f)
+            prev = f
+        self.files = kept
+
+    def __iter__(self) -> Iterator[Entry]:
+        done = 0
+        for f in self.files:
+            yield from self._read_file(f, done)
+            done += f.size
+            self.bytes_done = done
+
+    def _read_file(self, f: _File, done_before: int) -> Iterator[Entry]:
+        path = f.path
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:
+            self._bad(NotACapture(path, 0, f"cannot read: {exc.strerror or exc}"), files=1)
+            return
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                self._bad(TruncatedRecord(path, 0, "the file is empty"), files=1)
+                return
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                yield from self._frames(buf, path, size, done_before)
+            finally:
+                buf.close()
+
+    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Entry]:
+        record_of = self._decoding.record
+        # The first frame is the file header, already read by _probe.
+        try:
+            _, pos = _frame_at(buf, path, FILE_HEADER.size, end)
+        except CaptureError as exc:  # the file changed since it was opened
+            self._bad(exc, files=1)
+            return
+        unpack = _unpack_header
+        crc_of = frame_crc
+        mark_ok = FRAME_MARK
+        hsize = _HEADER_SIZE
+        while pos < end:
+            # The common case inline (an intact frame); _frame_at explains the rest.
+            body = None
+            if end - pos >= hsize:
+                mark, length, crc = unpack(buf, pos)
+                nxt = pos + hsize + length
+                if mark == mark_ok and nxt <= end:
+                    body = buf[pos + hsize : nxt]
+                    if crc_of(length, body) != crc:
+                        body = None
+            if body is None:
+                problem = _frame_problem(buf, path, pos, end)
+                resume = _resync(buf, pos + 1, end)
+                if isinstance(problem, TruncatedRecord):
+                    if resume == end:  # nothing intact after it: the tail a crash leaves
+                        self._bad(problem, records=1, nbytes=end - pos)
+                        break
+                    problem = CorruptRecord(
+                        path, pos, "record length runs past the end of the file, yet intact records follow: damaged length"
+                    )
+                self._bad(problem, records=1, nbytes=resume - pos)
+                pos = resume
+                continue
+            try:
+                record = record_of(path, pos, body)
+            except CaptureError as exc:
+                self._bad(exc, records=1, nbytes=nxt - pos)
+                pos = nxt
+                continue
+            if type(record) is FilePart:
+                self._bad(CorruptRecord(path, pos, "a file header in the middle of a file"), records=1, nbytes=nxt - pos)
+                pos = nxt
+                continue
+            yield Entry(path, pos, record)
+            pos = nxt
+            self.bytes_done = done_before + pos
+
+
+def read_records(paths: Iterable[str | os.PathLike[str]], *, skip_bad: bool = False) -> list[Any]:
+    """Every record of ``paths``, in order (for tests and small logs)."""
+    return [e.record for e in CaptureReader(paths, skip_bad=skip_bad)]

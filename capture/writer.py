@@ -1,0 +1,472 @@
+"""The capture writer: a delivery tap that appends every delivered message to a log.
+
+``CaptureWriter`` is a ``runtime.dispatch.DeliveryTap``: give it to the
+dispatcher (``tap=writer``) and every message handed to an actor is appended
+with its sequence number, clock time, sender, recipient and cause. The first
+record of a run is a ``RunStart``: version, start time, clock and the
+effective configuration (``Config.effective()``, secrets already left out).
+
+Cheap for the actors: with ``background = true`` (the default) the tap only
+appends the delivery to a queue; a writer thread encodes (``capture.wire``),
+frames (``capture.format``) and writes. The queue is bounded: when it is full
+a delivering thread waits for room rather than losing a record, since a
+capture with holes cannot be replayed. ``flush()`` returns once everything
+tapped before it is written out; ``close()`` (a clean stop) writes
+everything and a ``RunEnd`` record.
+
+Files rotate by size and by age (clock time of the records, so a test on a
+manual clock rotates deterministically) under ``directory``, named
+``leasewarden-<run start>-<run id>-<part>.lwcap``; each begins with a header
+naming its run and part. When records reach the OS is the flush policy
+(``CaptureSettings.flush``). Frames are appended whole, so what a crash
+leaves is whole records plus at most one partial one, which the reader
+reports as truncated; how many records a crash can lose before that is what
+the flush policy bounds (``record`` with ``background = false``: none but the
+one being written).
+
+A disk that fails (full, read-only) stops the capture, not the sidecar: the
+error is logged once, kept in ``failed``, raised by ``flush()``, and later
+records are counted in ``dropped``.
+"""
+
+from __future__ import annotations
+
+import collections
+import configparser
+import logging
+import os
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from capture.errors import CaptureWriteError
+from capture.format import (
+    FILE_HEADER,
+    FILE_MAGIC,
+    FILE_SUFFIX,
+    FORMAT_VERSION,
+    KIND_DELIVERY,
+    KIND_OPAQUE,
+    FilePart,
+    RunEnd,
+    RunStart,
+    frame,
+)
+from capture.settings import CaptureSettings
+from capture.wire import WireEncoder
+from messages.codec import CodecError
+from runtime.dispatch import Delivery
+
+__all__ = ["CaptureWriter", "sidecar_version"]
+
+logger = logging.getLogger(__name__)
+
+#: Buffered bytes that are written out whatever the policy, so a slow flush
+#: policy cannot hold an unbounded amount of memory.
+MAX_BUFFER_BYTES = 4 * 1024 * 1024
+
+#: How long ``close()`` waits for the writer thread to drain its queue.
+CLOSE_TIMEOUT_S = 60.0
+
+
+def sidecar_version() -> str:
+    """The installed leasewarden version, else the one in the checkout's setup.cfg."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("leasewarden")
+    except PackageNotFoundError:
+        pass
+    cfg = Path(__file__).resolve().parent.parent / "setup.cfg"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(cfg, encoding="utf-8")
+        return parser.get("metadata", "version")
+    except (configparser.Error, OSError):
+        return "unknown"
+
+
+def _clock_of(clock_now: Callable[[], datetime]) -> tuple[str, float]:
+    owner = getattr(clock_now, "__self__", None)
+    if owner is None:
+        return "unknown", 1.0
+    return type(owner).__name__, float(getattr(owner, "speed", 1.0))
+
+
+class _Sink:
+    """Frames to files: the write buffer, the flush policy and rotation.
+
+    Used by one thread at a time (the writer thread, or the tap under a lock).
+    """
+
+    def __init__(
+        self, settings: CaptureSettings, run_id: str, run_started_at: datetime, monotonic: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        self.directory = Path(settings.directory)
+        self.run_id = run_id
+        self.run_started_at = run_started_at
+        self.monotonic = monotonic
+        self.max_bytes = settings.max_file_bytes
+        self.max_age = settings.max_file_age if settings.max_file_age.total_seconds() > 0 else None
+        self.policy = settings.flush
+        self.flush_records = settings.flush_records
+        self.flush_interval = settings.flush_interval.total_seconds()
+        self.fd: int | None = None
+        self.path: str | None = None
+        self.part = -1
+        self.file_bytes = 0
+        self.file_records = 0
+        self.file_opened_at: datetime | None = None
+        self.buffer = bytearray()
+        self.buffered = 0
+        self.buffered_since = 0.0
+        self.paths: list[str] = []
+        self.bytes_written = 0
+
+    def _file_name(self, part: int) -> str:
+        stamp = self.run_started_at.strftime("%Y%m%dT%H%M%S")
+        return f"leasewarden-{stamp}Z-{self.run_id}-{part:04d}{FILE_SUFFIX}"
+
+    def _open(self, at: datetime) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.part += 1
+        path = self.directory / self._file_name(self.part)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+        self.path = str(path)
+        self.paths.append(self.path)
+        self.file_opened_at = at
+        self.file_records = 0
+        self.file_bytes = 0
+        header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION) + frame(
+            _encode_header(FilePart(self.run_id, self.run_started_at, self.part, at))
+        )
+        self.buffer += header
+        self.file_bytes += len(header)
+        self.flush()  # a file names its run and part on disk from its first moment
+
+    def _close_file(self) -> None:
+        self.flush()
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            if self.settings.fsync:
+                os.fsync(fd)
+            os.close(fd)
+
+    def add(self, framed: bytes, at: datetime, *, force_flush: bool = False, may_rotate: bool = True) -> None:
+        if self.fd is None:
+            self._open(at)
+        elif may_rotate and self.file_records and (
+            self.file_bytes + len(framed) > self.max_bytes
+            or (self.max_age is not None and at - self.file_opened_at >= self.max_age)  # type: ignore[operator]
+        ):
+            self._close_file()
+            self._open(at)
+        if not self.buffered:
+            self.buffered_since = self.monotonic()
+        self.buffer += framed
+        self.buffered += 1
+        self.file_bytes += len(framed)
+        self.file_records += 1
+        if (
+            force_flush
+            or self.policy == "record"
+            or (self.policy == "count" and self.buffered >= self.flush_records)
+            or (self.policy == "interval" and self.monotonic() - self.buffered_since >= self.flush_interval)
+            or len(self.buffer) >= MAX_BUFFER_BYTES
+        ):
+            self.flush()
+
+    def due_in(self) -> float | None:
+        """Seconds until the interval policy wants a flush (None: nothing waits for time)."""
+        if not self.buffered or self.policy != "interval":
+            return None
+        return max(0.0, self.buffered_since + self.flush_interval - self.monotonic())
+
+    def flush(self) -> None:
+        if self.fd is None or not self.buffer:
+            self.buffered = 0
+            return
+        buf = self.buffer
+        while buf:
+            n = os.write(self.fd, buf)  # a regular file takes it all; a short write goes round again
+            del buf[:n]
+            self.bytes_written += n
+        self.buffered = 0
+        if self.settings.fsync:
+            os.fsync(self.fd)
+
+    def close(self) -> None:
+        self._close_file()
+
+    def abandon(self) -> None:
+        """After a write failed: drop what is buffered (it is counted lost) and let go of the file."""
+        self.buffer.clear()
+        self.buffered = 0
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _encode_header(record: Any) -> bytes:
+    return WireEncoder().encode(record.to_body())
+
+
+class _FlushMark:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_CLOSE = object()
+
+
+class CaptureWriter:
+    """The capture tap. ``open()`` it, give it to the dispatcher, ``close()`` it at stop."""
+
+    def __init__(
+        self,
+        settings: CaptureSettings,
+        *,
+        clock_now: Callable[[], datetime],
+        config: Any = None,
+        extra: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.clock_now = clock_now
+        self.run_id = run_id or uuid.uuid4().hex[:16]
+        self._config = config
+        self._extra = dict(extra or {})
+        self._monotonic = monotonic
+        self._encoder = WireEncoder()
+        self._sink: _Sink | None = None
+        self._lock = threading.Lock()
+        self._queue: collections.deque[Any] = collections.deque()
+        self._limit = settings.queue_records
+        self._wake = threading.Event()
+        self._idle = False
+        self._room = threading.Condition()
+        self._waiting_for_room = 0
+        self._thread: threading.Thread | None = None
+        self._open = False
+        self._closed = False
+        self.failed: CaptureWriteError | None = None
+        #: Deliveries written, written as opaque (unencodable message), lost (after a failure or close).
+        self.records = 0
+        self.unencodable = 0
+        self.dropped = 0
+        #: Most deliveries seen waiting in the queue at once.
+        self.max_queue = 0
+        self._unencodable_types: set[str] = set()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def open(self) -> "CaptureWriter":
+        """Write the run's first record and start accepting deliveries."""
+        if self._open:
+            raise RuntimeError("capture writer already opened")
+        started = self.clock_now()
+        clock, speed = _clock_of(self.clock_now)
+        effective = self._config.effective() if hasattr(self._config, "effective") else dict(self._config or {})
+        start = RunStart(
+            run_id=self.run_id,
+            started_at=started,
+            version=sidecar_version(),
+            clock=clock,
+            clock_speed=speed,
+            config=effective,
+            extra=self._extra,
+        )
+        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic)
+        try:
+            self._sink.add(frame(self._encoder.encode(start.to_body())), started, force_flush=True)
+        except OSError as exc:
+            raise CaptureWriteError(f"cannot start a capture in {self.settings.directory}: {exc}") from exc
+        self._open = True
+        if self.settings.background:
+            self._thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
+            self._thread.start()
+        return self
+
+    def __enter__(self) -> "CaptureWriter":
+        return self if self._open else self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def paths(self) -> list[str]:
+        """The files of this run, in order."""
+        return list(self._sink.paths) if self._sink else []
+
+    @property
+    def bytes_written(self) -> int:
+        return self._sink.bytes_written if self._sink else 0
+
+    # -- the tap -----------------------------------------------------------------------
+    def __call__(self, delivery: Delivery) -> None:
+        if self._thread is not None:
+            q = self._queue
+            q.append(delivery)
+            if self._idle:
+                self._wake.set()
+            if len(q) >= self._limit:
+                self._wait_for_room()
+            return
+        if not self._open or self._closed:
+            self.dropped += 1
+            return
+        with self._lock:
+            self._write(delivery)
+
+    def _wait_for_room(self) -> None:
+        with self._room:
+            self._waiting_for_room += 1
+            self._wake.set()
+            try:
+                while len(self._queue) >= self._limit // 2 and self._thread is not None and self._thread.is_alive():
+                    self._room.wait(0.05)
+            finally:
+                self._waiting_for_room -= 1
+
+    # -- writing -----------------------------------------------------------------------
+    def _write(self, d: Delivery) -> None:
+        if self.failed is not None:
+            self.dropped += 1
+            return
+        enc = self._encoder
+        try:
+            body = enc.encode((KIND_DELIVERY, d.seq, d.at, d.sender, d.recipient, d.cause, d.message))
+        except CodecError:
+            body = self._opaque(d)
+            if body is None:
+                return
+        try:
+            self._sink.add(frame(body), d.at)  # type: ignore[union-attr]
+            self.records += 1
+        except OSError as exc:
+            self._fail(exc)
+            self.dropped += 1
+
+    def _opaque(self, d: Delivery) -> bytes | None:
+        name = f"{type(d.message).__module__}.{type(d.message).__qualname__}"
+        if name not in self._unencodable_types:
+            self._unencodable_types.add(name)
+            logger.warning("capture: %s is not a registered message; captured as opaque (replay cannot feed it)", name)
+        try:
+            body = self._encoder.encode((KIND_OPAQUE, d.seq, d.at, d.sender, d.recipient, d.cause, name))
+        except CodecError as exc:
+            logger.error("capture: cannot capture delivery %d: %s", d.seq, exc)
+            self.dropped += 1
+            return None
+        self.unencodable += 1
+        return body
+
+    def _fail(self, exc: OSError) -> None:
+        where = self._sink.path if self._sink and self._sink.path else self.settings.directory
+        self.failed = CaptureWriteError(f"capture stopped: cannot write {where}: {exc}")
+        if self._sink is not None:
+            self._sink.abandon()
+        logger.error("%s; the sidecar goes on without capture", self.failed)
+
+    def _run(self) -> None:
+        q = self._queue
+        popleft = q.popleft
+        sink = self._sink
+        assert sink is not None
+        while True:
+            if q:
+                n = len(q)
+                if n > self.max_queue:
+                    self.max_queue = n
+                for _ in range(n):
+                    item = popleft()
+                    if type(item) is Delivery:
+                        self._write(item)
+                    elif item is _CLOSE:
+                        self._finish()
+                        return
+                    else:
+                        self._flush_now()
+                        item.done.set()
+                    if self._waiting_for_room and len(q) < self._limit // 2:
+                        with self._room:
+                            self._room.notify_all()
+                continue
+            if self._waiting_for_room:
+                with self._room:
+                    self._room.notify_all()
+            due = sink.due_in()
+            if due == 0.0:
+                self._flush_now()
+                continue
+            self._idle = True
+            if q:
+                self._idle = False
+                continue
+            self._wake.wait(due)
+            self._wake.clear()
+            self._idle = False
+
+    def _flush_now(self) -> None:
+        if self.failed is None:
+            try:
+                self._sink.flush()  # type: ignore[union-attr]
+            except OSError as exc:
+                self._fail(exc)
+
+    def _finish(self) -> None:
+        sink = self._sink
+        assert sink is not None
+        if self.failed is None:
+            try:
+                end = RunEnd(self.run_id, self.clock_now(), self.records, self.unencodable)
+                # The end of a run stays with its last records, whatever their age.
+                sink.add(frame(self._encoder.encode(end.to_body())), end.ended_at, force_flush=True, may_rotate=False)
+                sink.close()
+            except OSError as exc:
+                self._fail(exc)
+        else:
+            sink.abandon()
+
+    # -- control -----------------------------------------------------------------------
+    def flush(self, timeout: float = 30.0) -> None:
+        """Return once every delivery tapped so far is written to the OS."""
+        if not self._open:
+            raise RuntimeError("capture writer is not open")
+        if self._thread is not None and not self._closed:
+            mark = _FlushMark()
+            self._queue.append(mark)
+            self._wake.set()
+            if not mark.done.wait(timeout):
+                raise CaptureWriteError(f"capture writer did not flush within {timeout} s")
+        elif not self._closed:
+            with self._lock:
+                self._flush_now()
+        if self.failed is not None:
+            raise self.failed
+
+    def close(self) -> None:
+        """Write everything still queued, a ``RunEnd`` record, and close the file."""
+        if not self._open or self._closed:
+            return
+        if self._thread is not None:
+            self._queue.append(_CLOSE)
+            self._wake.set()
+            self._thread.join(CLOSE_TIMEOUT_S)
+            if self._thread.is_alive():
+                logger.error("capture writer did not finish within %s s; records may be lost", CLOSE_TIMEOUT_S)
+            self._thread = None
+            self._closed = True
+        else:
+            with self._lock:
+                self._closed = True
+                self._finish()

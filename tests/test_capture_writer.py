@@ -1,0 +1,265 @@
+"""The capture writer: round trip, rotation by size and age, flush policies, failures."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from capture import CaptureReader, CaptureWriteError, CaptureWriter, DeliveryRecord, OpaqueDelivery, RunEnd, RunStart
+from capture.format import FILE_HEADER
+from capture.reader import read_records
+from capture.settings import CaptureSettings
+from messages.chain import ChainFailure, CreditAccount
+from messages.chain_actor import CreditCall
+from messages.coins import Coin
+from messages.credit import CreditRead, CreditReadFailed
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
+from sidecar.config import load_config
+
+
+def settings(tmp_path: Path, **kw) -> CaptureSettings:
+    return CaptureSettings(directory=str(tmp_path / "cap"), **kw)
+
+
+def delivery(seq: int, clock: ManualClock, message=None) -> Delivery:
+    message = message or CreditRead(seq, CreditAccount("manifest1tenant", (Coin("umfx", 10**30 + seq),), 1))
+    return Delivery(seq, clock.now(), "chain-io", "tenant/manifest1tenant", seq - 1, message)
+
+
+def deliveries(records):
+    return [r for r in records if isinstance(r, DeliveryRecord)]
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_round_trip_with_run_header_and_end(tmp_path, clock, background):
+    cfg = load_config(overrides={"scheduler": {"credit_check_error_threshold": 4}})
+    writer = CaptureWriter(settings(tmp_path, background=background), clock_now=clock.now, config=cfg).open()
+    sent = []
+    for seq in range(1, 201):
+        d = delivery(seq, clock)
+        sent.append(d)
+        writer(d)
+        clock.advance(1)
+    writer.close()
+    records = read_records(writer.paths)
+    start, end = records[0], records[-1]
+    assert isinstance(start, RunStart) and isinstance(end, RunEnd)
+    assert start.config == cfg.effective()
+    assert start.config["scheduler"]["credit_check_error_threshold"] == 4
+    assert start.clock == "ManualClock" and start.started_at == utc(2026, 3, 1)
+    assert start.version and start.version != "unknown"
+    assert end.records == 200 and end.run_id == start.run_id
+    got = deliveries(records)
+    assert [(r.seq, r.at, r.sender, r.recipient, r.cause, r.message) for r in got] == [
+        (d.seq, d.at, d.sender, d.recipient, d.cause, d.message) for d in sent
+    ]
+
+
+def test_config_secrets_never_reach_the_capture(tmp_path, clock):
+    cfg = load_config()
+    secret_keys = {
+        (name, f.name)
+        for name, obj in cfg.sections.items()
+        for f in __import__("dataclasses").fields(obj)
+        if f.metadata.get("secret")
+    }
+    writer = CaptureWriter(settings(tmp_path), clock_now=clock.now, config=cfg).open()
+    writer.close()
+    start = read_records(writer.paths)[0]
+    for section, key in secret_keys:
+        assert key not in start.config[section]
+
+
+def test_rotation_by_size_reads_back_in_order_from_a_directory(tmp_path, clock):
+    s = settings(tmp_path, max_file_bytes=4096, background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 301):
+        writer(delivery(seq, clock))
+    writer.close()
+    assert len(writer.paths) > 5
+    for p in writer.paths[:-1]:
+        assert os.path.getsize(p) <= 4096
+    # The reader orders files by the run and part they declare, not by the order given.
+    shuffled = list(reversed(writer.paths))
+    assert [r.seq for r in deliveries(read_records(shuffled))] == list(range(1, 301))
+    assert [r.seq for r in deliveries(read_records([s.directory]))] == list(range(1, 301))
+
+
+def test_rotation_by_age_follows_the_clock(tmp_path, clock):
+    s = settings(tmp_path, max_file_age=timedelta(minutes=10), background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 31):  # one record a minute for 30 minutes
+        writer(delivery(seq, clock))
+        clock.advance(60)
+    writer.close()
+    assert len(writer.paths) == 3
+    # Each file holds the records of its ten minutes.
+    per_file = [[r.seq for r in deliveries(read_records([p]))] for p in writer.paths]
+    assert per_file[0][0] == 1 and per_file[1][0] == 11 and per_file[2][0] == 21
+
+
+def _disk_records(path: str) -> int:
+    return len(deliveries(read_records([path], skip_bad=True)))
+
+
+def test_flush_policy_count(tmp_path, clock):
+    s = settings(tmp_path, flush="count", flush_records=10, background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 10):
+        writer(delivery(seq, clock))
+    assert _disk_records(writer.paths[0]) == 0
+    writer(delivery(10, clock))
+    assert _disk_records(writer.paths[0]) == 10
+    writer(delivery(11, clock))
+    assert _disk_records(writer.paths[0]) == 10
+    writer.close()
+    assert _disk_records(writer.paths[0]) == 11
+
+
+def test_flush_policy_record(tmp_path, clock):
+    writer = CaptureWriter(settings(tmp_path, flush="record", background=False), clock_now=clock.now).open()
+    for seq in range(1, 6):
+        writer(delivery(seq, clock))
+        assert _disk_records(writer.paths[0]) == seq
+    writer.close()
+
+
+def test_flush_policy_interval(tmp_path, clock):
+    mono = FakeMonotonic()
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(seconds=2), background=False)
+    writer = CaptureWriter(s, clock_now=clock.now, monotonic=mono).open()
+    writer(delivery(1, clock))
+    mono.t += 1.0
+    writer(delivery(2, clock))
+    assert _disk_records(writer.paths[0]) == 0
+    mono.t += 1.0
+    writer(delivery(3, clock))
+    assert _disk_records(writer.paths[0]) == 3
+    writer.close()
+
+
+def test_background_writer_flushes_on_its_own_when_the_interval_passes(tmp_path, clock):
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=20))
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 4):
+        writer(delivery(seq, clock))
+    deadline = time.monotonic() + 5
+    while _disk_records(writer.paths[0]) < 3:
+        assert time.monotonic() < deadline, "the idle writer never flushed"
+        time.sleep(0.01)
+    writer.close()
+
+
+def test_flush_and_close_write_everything_even_with_a_long_interval(tmp_path, clock):
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(hours=1))
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 51):
+        writer(delivery(seq, clock))
+    writer.flush()
+    assert _disk_records(writer.paths[0]) == 50
+    for seq in range(51, 101):
+        writer(delivery(seq, clock))
+    writer.close()
+    records = read_records(writer.paths)
+    assert len(deliveries(records)) == 100 and isinstance(records[-1], RunEnd)
+
+
+def test_a_full_queue_makes_delivery_wait_instead_of_losing_records(tmp_path, clock):
+    writer = CaptureWriter(settings(tmp_path, queue_records=16), clock_now=clock.now).open()
+    for seq in range(1, 2001):
+        writer(delivery(seq, clock))
+    writer.close()
+    assert writer.max_queue <= 16 + 1
+    assert [r.seq for r in deliveries(read_records(writer.paths))] == list(range(1, 2001))
+
+
+def test_a_message_that_cannot_be_encoded_is_captured_as_opaque(tmp_path, clock):
+    writer = CaptureWriter(settings(tmp_path, background=False), clock_now=clock.now).open()
+    writer(Delivery(1, clock.now(), "external", "scheduler", 0, object()))
+    writer(delivery(2, clock))
+    writer.close()
+    got = deliveries(read_records(writer.paths))
+    assert isinstance(got[0], OpaqueDelivery) and got[0].message == "builtins.object"
+    assert got[1].seq == 2 and writer.unencodable == 1
+
+
+def test_capture_taps_a_real_dispatcher(tmp_path, clock):
+    """Every delivery of a running actor system lands in the capture, in seq order per actor."""
+    writer = CaptureWriter(settings(tmp_path), clock_now=clock.now).open()
+    dispatcher = ManualDispatcher(clock.now, tap=writer)
+
+    class Echo(PooledActor):
+        def on_receive(self, message):
+            if message.cycle < 5:
+                self.actor_ref.tell(CreditCall(message.cycle + 1, message.tenant))
+
+    ref = Echo.start(dispatcher, "tenant/a")
+    ref.tell(CreditCall(0, "a"))
+    dispatcher.run_until_idle()
+    ref.stop(block=False)
+    dispatcher.run_until_idle()
+    writer.close()
+    got = deliveries(read_records(writer.paths))
+    assert [r.message.cycle for r in got] == [0, 1, 2, 3, 4, 5]
+    assert [r.sender for r in got] == ["external"] + ["tenant/a"] * 5
+    assert [r.cause for r in got[1:]] == [r.seq for r in got[:-1]]
+
+
+def test_open_fails_clearly_when_the_directory_cannot_be_written(tmp_path, clock):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    s = CaptureSettings(directory=str(blocker / "cap"))
+    with pytest.raises(CaptureWriteError, match="cannot start a capture"):
+        CaptureWriter(s, clock_now=clock.now).open()
+
+
+def test_a_disk_failure_stops_capture_not_the_sender(tmp_path, clock, monkeypatch):
+    writer = CaptureWriter(settings(tmp_path, flush="record"), clock_now=clock.now).open()
+    writer(delivery(1, clock))
+    writer.flush()
+    real_write = os.write
+
+    def full(fd, data):
+        if threading.current_thread().name == "capture-writer":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    for seq in range(2, 100):
+        writer(delivery(seq, clock))  # never blocks, never raises
+    with pytest.raises(CaptureWriteError, match="No space left"):
+        writer.flush()
+    monkeypatch.setattr(os, "write", real_write)
+    writer.close()
+    assert writer.dropped >= 97
+    # What reached the disk before the failure is still readable.
+    assert [r.seq for r in deliveries(read_records(writer.paths, skip_bad=True))] == [1]
+
+
+def test_file_names_sort_by_run_start_and_part(tmp_path, clock):
+    writer = CaptureWriter(settings(tmp_path, max_file_bytes=4096, background=False), clock_now=clock.now,
+                           run_id="abc123").open()
+    for seq in range(1, 100):
+        writer(delivery(seq, clock))
+    writer.close()
+    names = [Path(p).name for p in writer.paths]
+    assert names == sorted(names)
+    assert names[0] == "leasewarden-20260301T000000Z-abc123-0000.lwcap"
+    with open(writer.paths[1], "rb") as fh:
+        assert fh.read(FILE_HEADER.size)[:5] == b"LWCAP"
+    assert len(CaptureReader(writer.paths).files) == len(names)
