@@ -1,0 +1,188 @@
+"""The ledger's commands: tick, meter, periods, finalize, statement (as run.py adds them)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.cli import add_commands, main
+from ledger.periods import Month
+from ledger.store import Ledger
+from messages.chain import Lease, LeaseItem
+from messages.coins import Coin
+from messages.lease_events import LeaseEvent
+from messages.ledger import LeaseEventRecorded, LeasesReconciled, LeaseSettled
+from runtime.clock import utc
+from sidecar.config import load_config
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+ALICE, BOB = "manifest1alice", "manifest1bob"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text('[ledger]\npath = "books/ledger.sqlite"\ngrace_hours = 24\n')
+    return path
+
+
+@pytest.fixture
+def books(config) -> Path:
+    """A ledger with two tenants' leases active through March 2026."""
+    path = config.parent / "books" / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER)
+    lg.record_all(
+        [
+            LeasesReconciled(
+                utc(2026, 3, 1),
+                (
+                    Lease("la", ALICE, PROVIDER, (LeaseItem("s", 1, Coin("umfx", 2)),), acknowledged_at=utc(2026, 2, 1)),
+                    Lease("lb", BOB, PROVIDER, (LeaseItem("s", 3, Coin("upwr", 1)),), acknowledged_at=utc(2026, 3, 31, 23)),
+                ),
+            ),
+            LeaseSettled(utc(2026, 3, 2), "TX1", "la", (Coin("umfx", 100),)),
+        ]
+    )
+    lg.close()
+    return path
+
+
+def run(capsys, config: Path, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["--config", str(config), *argv])
+    except SystemExit as exc:  # argparse rejecting an argument
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tick_moves_then_meters_and_prints_a_table(capsys, config, books):
+    code, out, _ = run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
+    assert code == 0
+    assert "2026-03" in out and "open -> grace" in out
+    code, out, _ = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z", "--json")
+    assert code == 0
+    report = json.loads(out)
+    (march,) = report["months"]
+    assert march["month"] == "2026-03" and march["run_id"] and not march["finalized"] and march["error"] == ""
+
+
+def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
+    lg = Ledger.open(books, PROVIDER)
+    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
+    lg.close()
+    run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
+    code, out, err = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z")
+    assert code == 1
+    assert "no known price" in out and "unpriced" in out
+    assert err.startswith("error: 2026-03: run ")
+
+
+def test_tick_in_its_own_process_exits_non_zero_when_a_month_failed(config, books):
+    lg = Ledger.open(books, PROVIDER)
+    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
+    lg.close()
+    cmd = [sys.executable, "-m", "ledger.cli", "--config", str(config), "tick"]
+    first = subprocess.run([*cmd, "--now", "2026-04-01T00:30:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run([*cmd, "--now", "2026-04-02T01:00:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1
+    assert "no known price" in second.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (("meter", "--period", "2026-3"), "YYYY-MM, e.g. 2026-03"),
+        (("statement", "--period", "March"), "YYYY-MM, e.g. 2026-03"),
+        (("finalize", "--period", "2026-13"), "YYYY-MM, e.g. 2026-03"),
+        (("tick", "--now", "2026-04-02"), "ISO-8601 with a zone, e.g. 2026-04-02T01:00:00Z"),
+        (("tick", "--now", "2026-04-02 01:00"), "ISO-8601 with a zone"),
+    ],
+)
+def test_malformed_periods_and_timestamps_show_the_expected_form(capsys, config, argv, expected):
+    code, _, err = run(capsys, config, *argv)
+    assert code == 2
+    assert expected in err
+
+
+def test_meter_writes_the_period_row_and_refuses_a_finalized_month(capsys, config, books):
+    code, out, _ = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T00:00:00Z")
+    assert code == 0 and out.startswith("metered 2026-03: run ")
+    code, out, _ = run(capsys, config, "periods")
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("2026-03"))
+    assert "open" in line and "completed" in line
+    code, out, _ = run(capsys, config, "finalize", "--period", "2026-03")
+    assert code == 0 and out.startswith("finalized 2026-03 over run ")
+    code, _, err = run(capsys, config, "meter", "--period", "2026-03")
+    assert code == 1
+    assert "error: 2026-03 is finalized over run" in err and "never metered again" in err
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
+    assert code == 1 and "already finalized" in err
+
+
+def test_meter_refuses_a_month_that_has_not_ended(capsys, config, books):
+    code, _, err = run(capsys, config, "meter", "--period", "2026-04", "--now", "2026-04-15T00:00:00Z")
+    assert code == 1 and "2026-04 has not ended: it ends 2026-05-01T00:00:00Z" in err
+
+
+def test_finalize_needs_a_completed_run(capsys, config, books):
+    run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
+    assert code == 1 and "no completed run to finalize" in err
+
+
+def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
+    run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T00:00:00Z")
+    code, out, _ = run(capsys, config, "statement", "--period", "2026-03")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    march_seconds = 31 * 86400
+    alice_total = next(r for r in rows if r["tenant"] == ALICE and r["line"] == "total")
+    assert alice_total["accrued"] == str(2 * march_seconds)
+    assert alice_total["withdrawn"] == "100"
+    assert alice_total["difference"] == str(2 * march_seconds - 100)
+    assert alice_total["final"] == "false"
+    bob_lease = next(r for r in rows if r["tenant"] == BOB and r["line"] == "lease")
+    assert (bob_lease["seconds"], bob_lease["accrued"], bob_lease["denom"]) == ("3600", str(3 * 3600), "upwr")
+
+    code, out, _ = run(capsys, config, "statement", "--period", "2026-03", "--tenant", BOB, "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [t["tenant"] for t in doc["tenants"]] == [BOB]
+    assert doc["tenants"][0]["totals"] == [
+        {"denom": "upwr", "leases": 1, "accrued": "10800", "withdrawn": "0", "difference": "10800"}
+    ]
+
+    code, _, err = run(capsys, config, "statement", "--period", "2026-03", "--tenant", "manifest1nobody")
+    assert code == 1 and "manifest1nobody has nothing in the statement of 2026-03" in err
+    code, _, err = run(capsys, config, "statement", "--period", "2026-01")
+    assert code == 1 and "no billing period 2026-01" in err
+
+
+def test_add_commands_plugs_into_another_programs_parser(config, books):
+    parser = argparse.ArgumentParser(prog="run.py")
+    parser.add_argument("--config")
+    sub = parser.add_subparsers(dest="command")
+    seen = []
+
+    def load(args: argparse.Namespace):
+        seen.append(args.config)
+        return load_config(args.config)
+
+    add_commands(sub, load)
+    args = parser.parse_args(["--config", str(config), "meter", "--period", "2026-03", "--now", "2026-04-01T00:00:00Z"])
+    assert args.func(args) == 0
+    assert seen == [str(config)]
+    lg = Ledger.open(books, PROVIDER)
+    assert lg.conn.execute("SELECT status FROM runs WHERE period = ?", (str(Month(2026, 3)),)).fetchone() == ("completed",)
+    lg.close()

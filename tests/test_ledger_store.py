@@ -1,0 +1,259 @@
+"""The ledger's facts: deduplication, which time wins, reconciles, tenant state, migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+
+import pytest
+
+from ledger.periods import from_us, to_us
+from ledger.schema import MIGRATIONS, SCHEMA_VERSION, Migration, NewerSchemaError, NotALedgerError, current_version
+from ledger.store import Ledger, LedgerError, Precision
+from messages.chain import Lease, LeaseItem
+from messages.coins import Coin
+from messages.credit import TenantSnapshot
+from messages.lease_events import LeaseEvent
+from messages.ledger import (
+    ClosureRecorded,
+    LeaseEventRecorded,
+    LeaseObserved,
+    LeasesObserved,
+    LeasesReconciled,
+    LeaseSettled,
+    TenantForgotten,
+    TenantStateChanged,
+    WithdrawalRecorded,
+)
+from runtime.clock import utc
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+T = utc(2026, 3, 5, 12)
+TENANT = "manifest1tenant"
+
+
+def lease(uuid: str, *, ack=T, state: str = "ACTIVE", closed_at=None, reason: str = "", provider: str = PROVIDER) -> Lease:
+    return Lease(
+        uuid,
+        TENANT,
+        provider,
+        (LeaseItem("sku-1", 2, Coin("umfx", 3)),),
+        state=state,
+        acknowledged_at=ack,
+        closed_at=closed_at,
+        closure_reason=reason,
+    )
+
+
+def event(kind: str, uuid: str, reason: str = "", provider: str = PROVIDER) -> LeaseEvent:
+    return LeaseEvent(kind, uuid, TENANT, provider, reason=reason, height=7)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    lg = Ledger.open(tmp_path / "state" / "ledger.sqlite", PROVIDER)
+    yield lg
+    lg.close()
+
+
+def times(ledger: Ledger, uuid: str):
+    row = ledger.lease(uuid)
+    assert row is not None, uuid
+    af = from_us(row["active_from_us"]) if row["active_from_us"] is not None else None
+    ca = from_us(row["closed_at_us"]) if row["closed_at_us"] is not None else None
+    return af, ca, row["closure_reason"]
+
+
+# -- opening ----------------------------------------------------------------------------------
+def test_open_creates_the_file_in_wal_mode_at_the_current_version(tmp_path, ledger):
+    assert (tmp_path / "state" / "ledger.sqlite").exists()
+    assert ledger.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert current_version(ledger.conn) == SCHEMA_VERSION
+
+
+def test_a_database_from_a_newer_version_is_refused_naming_file_and_versions(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path, PROVIDER).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_version VALUES (?, 'from the future', '2030-01-01')", (SCHEMA_VERSION + 3,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(NewerSchemaError) as err:
+        Ledger.open(path, PROVIDER)
+    text = str(err.value)
+    assert str(path) in text
+    assert f"version {SCHEMA_VERSION + 3}" in text and f"version {SCHEMA_VERSION}," in text
+
+
+def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER)
+    lg.record(LeasesObserved(T, (lease("l1"),)))
+    lg.close()
+    v2 = Migration(
+        SCHEMA_VERSION + 1,
+        "leases remember a note",
+        ("ALTER TABLE leases ADD COLUMN note TEXT NOT NULL DEFAULT 'none'",),
+    )
+    lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS + (v2,))
+    assert current_version(lg.conn) == SCHEMA_VERSION + 1
+    row = lg.lease("l1")
+    assert row["note"] == "none" and row["items"] == '[["sku-1",2,"umfx","3"]]'
+    lg.close()
+    # The build without that migration now refuses the file.
+    with pytest.raises(NewerSchemaError):
+        Ledger.open(path, PROVIDER)
+
+
+def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path, PROVIDER).close()
+    broken = Migration(
+        SCHEMA_VERSION + 1,
+        "half a migration",
+        ("ALTER TABLE leases ADD COLUMN note TEXT", "ALTER TABLE no_such_table ADD COLUMN x TEXT"),
+    )
+    with pytest.raises(sqlite3.OperationalError):
+        Ledger.open(path, PROVIDER, migrations=MIGRATIONS + (broken,))
+    lg = Ledger.open(path, PROVIDER)
+    assert current_version(lg.conn) == SCHEMA_VERSION
+    assert "note" not in {c[1] for c in lg.conn.execute("PRAGMA table_info(leases)")}
+    lg.close()
+
+
+def test_files_that_are_not_ledgers_are_refused(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database at all" * 200)
+    with pytest.raises(NotALedgerError, match="junk.sqlite"):
+        Ledger.open(junk, PROVIDER)
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotALedgerError, match="other.sqlite.*not a leasewarden ledger"):
+        Ledger.open(other, PROVIDER)
+
+
+# -- deduplication -------------------------------------------------------------------------------
+def test_the_same_event_twice_changes_nothing(ledger):
+    ledger.record(LeaseEventRecorded(T, event("acknowledged", "l1")))
+    ledger.record(LeaseEventRecorded(T + timedelta(hours=1), event("closed", "l1", "bye")))
+    before = (ledger.lease("l1"), ledger.count("lease_events"))
+    # The same events again, received later (a resubscribe, a replayed capture).
+    ledger.record(LeaseEventRecorded(T + timedelta(hours=5), event("acknowledged", "l1")))
+    ledger.record(LeaseEventRecorded(T + timedelta(hours=6), event("closed", "l1", "bye")))
+    assert (ledger.lease("l1"), ledger.count("lease_events")) == before
+    assert before[1] == 2
+
+
+def test_settlements_withdrawals_and_closures_are_deduplicated(ledger):
+    settled = LeaseSettled(T, "TX1", "l1", (Coin("umfx", 5), Coin("upwr", 2)))
+    withdrawal = WithdrawalRecorded(T, 3, 1, "TX1", (Coin("umfx", 5),), 1)
+    closure = ClosureRecorded(T, TENANT, ("l1", "l2"), "credit depleted", ("TX2",))
+    for _ in range(3):
+        ledger.record_all([settled, withdrawal, closure])
+    assert ledger.count("settlements") == 2  # one row per denom
+    assert ledger.count("withdrawals") == 1
+    assert ledger.count("closures") == 1
+
+
+def test_a_settlement_without_a_tx_hash_is_refused(ledger):
+    with pytest.raises(LedgerError, match="no tx hash"):
+        ledger.record(LeaseSettled(T, "", "l1", (Coin("umfx", 5),)))
+
+
+# -- which time wins ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("order", ["event first", "chain first"])
+def test_the_chains_own_times_win_over_event_arrival_times_in_any_order(ledger, order):
+    ack_chain = T
+    ack_event_seen = T + timedelta(seconds=3, microseconds=120)
+    close_chain = T + timedelta(days=2, microseconds=500_000)
+    facts = [
+        LeaseEventRecorded(ack_event_seen, event("acknowledged", "l1")),
+        LeaseEventRecorded(close_chain + timedelta(seconds=2), event("closed", "l1", "tenant left")),
+    ]
+    chain = [LeaseObserved(close_chain + timedelta(minutes=1),
+                           lease("l1", ack=ack_chain, state="CLOSED", closed_at=close_chain, reason="tenant left"))]
+    ledger.record_all(facts + chain if order == "event first" else chain + facts)
+    assert times(ledger, "l1") == (ack_chain, close_chain, "tenant left")
+    row = ledger.lease("l1")
+    assert (row["active_from_rank"], row["closed_at_rank"]) == (Precision.CHAIN, Precision.CHAIN)
+
+
+def test_an_event_time_beats_our_closure_record_but_not_the_reverse(ledger):
+    ledger.record(LeasesObserved(T - timedelta(days=1), (lease("l1", ack=T - timedelta(days=1)),)))
+    closed_seen = T + timedelta(seconds=1)
+    ledger.record(LeaseEventRecorded(closed_seen, event("closed", "l1", "credit depleted")))
+    ledger.record(ClosureRecorded(T + timedelta(seconds=9), TENANT, ("l1",), "credit depleted", ("TX",)))
+    assert times(ledger, "l1")[1] == closed_seen
+
+
+def test_leases_observed_says_nothing_about_other_leases(ledger):
+    ledger.record(LeasesObserved(T, (lease("l1"), lease("l2"))))
+    ledger.record(LeasesObserved(T + timedelta(hours=1), (lease("l3"),)))  # only the new one
+    assert all(times(ledger, u)[1] is None for u in ("l1", "l2", "l3"))
+
+
+def test_a_reconcile_closes_leases_missing_from_it_until_the_chain_says_when(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
+    read_at = T + timedelta(hours=1)
+    # l3 was acknowledged after the read was taken: the read cannot judge it.
+    ledger.record(LeaseEventRecorded(read_at + timedelta(seconds=1), event("acknowledged", "l3")))
+    ledger.record(LeasesReconciled(read_at, (lease("l1"),)))
+    assert times(ledger, "l2")[1] == read_at
+    assert ledger.lease("l2")["closed_at_rank"] == Precision.RECONCILE
+    assert times(ledger, "l3")[1] is None and times(ledger, "l1")[1] is None
+    # The chain's own closed_at, read for the vanished lease, replaces the guess.
+    exact = T + timedelta(minutes=17, microseconds=5)
+    ledger.record(LeaseObserved(read_at, lease("l2", state="CLOSED", closed_at=exact, reason="tenant left")))
+    assert times(ledger, "l2") == (T, exact, "tenant left")
+
+
+def test_a_lease_closed_only_by_a_reconcile_guess_is_reopened_by_a_later_read(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"),)))
+    ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed it
+    assert times(ledger, "l1")[1] == T + timedelta(hours=1)
+    ledger.record(LeasesReconciled(T + timedelta(hours=2), (lease("l1"),)))
+    assert times(ledger, "l1")[1] is None
+    # A stale read (taken before an event-recorded close) never reopens.
+    ledger.record(LeaseEventRecorded(T + timedelta(hours=3), event("closed", "l1", "bye")))
+    ledger.record(LeasesReconciled(T + timedelta(hours=4), (lease("l1"),)))
+    assert times(ledger, "l1")[1] == T + timedelta(hours=3)
+
+
+def test_other_providers_leases_are_kept_as_events_only(ledger):
+    ledger.record(LeaseEventRecorded(T, event("auto_closed", "o1", "credit_exhausted", provider=OTHER)))
+    ledger.record(LeasesReconciled(T, (lease("o2", provider=OTHER),)))
+    assert ledger.count("lease_events") == 1
+    assert ledger.lease("o1") is None and ledger.lease("o2") is None
+
+
+def test_an_unknown_fact_is_refused_and_the_batch_rolls_back(ledger):
+    with pytest.raises(LedgerError, match="does not record str"):
+        ledger.record_all([LeaseEventRecorded(T, event("acknowledged", "l1")), "not a fact"])
+    assert ledger.count("lease_events") == 0
+
+
+# -- tenant state ---------------------------------------------------------------------------------------
+def test_tenant_snapshots_survive_a_reopen_and_forgetting_drops_them(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    a = TenantSnapshot(
+        "manifest1a",
+        lease_uuids=("l1", "l2"),
+        last_balances=(Coin("umfx", 10**40),),
+        last_sample_at=T,
+        consecutive_errs=2,
+        zero_since=T - timedelta(minutes=3),
+        closing=("l2",),
+    )
+    b = TenantSnapshot("manifest1b", lease_uuids=("l9",), recheck_at=T + timedelta(seconds=30))
+    lg = Ledger.open(path, PROVIDER)
+    lg.record_all([TenantStateChanged(a), TenantStateChanged(b), TenantStateChanged(TenantSnapshot("manifest1c"))])
+    newer_a = TenantSnapshot("manifest1a", lease_uuids=("l1", "l2"), consecutive_errs=3, zero_since=a.zero_since)
+    lg.record_all([TenantStateChanged(newer_a), TenantForgotten("manifest1c")])
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)
+    assert lg.tenant_snapshots() == [newer_a, b]
+    lg.close()

@@ -1,0 +1,133 @@
+"""``LedgerActor``: the one writer, batching facts, running the tick on ``BillingTickDue``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import pytest
+
+from actors.ledger_writer import BATCH_MAX, LedgerActor, start_ledger_writer
+from ledger.periods import Month
+from ledger.runs import Periods
+from ledger.settings import LedgerSettings
+from ledger.store import Ledger
+from messages.chain import Lease, LeaseItem
+from messages.coins import Coin
+from messages.credit import TenantSnapshot
+from messages.ledger import BillingTickDue, LeasesReconciled, LeaseSettled, TenantStateChanged
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import ManualDispatcher, ThreadedDispatcher
+from runtime.router import LEDGER, Router
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+MAR = Month(2026, 3)
+
+
+class CountingLedger(Ledger):
+    """Counts write transactions (each is a commit: an fsync)."""
+
+    commits = 0
+
+    def record_all(self, facts):  # type: ignore[no-untyped-def]
+        CountingLedger.commits += 1
+        return super().record_all(facts)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(utc(2026, 3, 31, 22))
+
+
+def open_ledger(path) -> Ledger:  # type: ignore[no-untyped-def]
+    lg = Ledger.open(path, PROVIDER)
+    lg.__class__ = CountingLedger
+    CountingLedger.commits = 0
+    return lg
+
+
+def test_ten_thousand_tenant_states_are_written_in_a_few_transactions(tmp_path, clock):
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    writer = start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
+    for i in range(10_000):
+        router.tell(LEDGER, TenantStateChanged(TenantSnapshot(f"manifest1t{i:05d}", consecutive_errs=i % 4)))
+    dispatcher.run_until_idle()
+    assert ledger.count("tenant_state") == 10_000
+    assert CountingLedger.commits <= 10_000 // BATCH_MAX + 1
+    assert writer.actor.written == 10_000
+    writer.close()
+    dispatcher.run_until_idle()
+    assert router.get(LEDGER) is None
+
+
+def test_a_fact_arriving_alone_is_written_at_once(tmp_path, clock):
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1alone")))
+    dispatcher.run_until_idle()
+    assert [s.tenant for s in ledger.tenant_snapshots()] == ["manifest1alone"]
+
+
+def test_a_bad_fact_does_not_lose_the_rest_of_its_batch(tmp_path, clock, caplog):
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1a")))
+    router.tell(LEDGER, LeaseSettled(clock.now(), "", "lease-1", (Coin("umfx", 1),)))  # no tx hash
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1b")))
+    with caplog.at_level(logging.ERROR, logger="actors.ledger_writer"):
+        dispatcher.run_until_idle()
+    assert [s.tenant for s in ledger.tenant_snapshots()] == ["manifest1a", "manifest1b"]
+    assert any("could not record" in r.message and "lease-1" in r.message for r in caplog.records)
+
+
+def test_billing_tick_due_runs_the_tick_at_its_time(tmp_path, clock, caplog):
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    writer = start_ledger_writer(router, clock, ledger, LedgerSettings(grace_hours=2), dispatcher=dispatcher)
+    lease = Lease("l1", "manifest1t", PROVIDER, (LeaseItem("s", 1, Coin("umfx", 5)),), acknowledged_at=utc(2026, 3, 30))
+    router.tell(LEDGER, LeasesReconciled(clock.now(), (lease,)))
+    with caplog.at_level(logging.INFO, logger="leasewarden.decisions"):
+        router.tell(LEDGER, BillingTickDue(MAR.end))
+        dispatcher.run_until_idle()
+        assert writer.actor.last_report[0].transition == "open -> grace"
+        router.tell(LEDGER, BillingTickDue(MAR.end + timedelta(hours=2)))
+        dispatcher.run_until_idle()
+    row = writer.actor.last_report[0]
+    assert row.month == "2026-03" and row.run_id
+    assert [r.status for r in Periods(ledger).runs(MAR)] == ["completed"]
+    texts = [r.getMessage() for r in caplog.records]
+    assert "billing month 2026-03: open -> grace" in texts
+    assert f"billing month 2026-03: metered: run {row.run_id}" in texts
+
+
+def test_on_its_own_thread_a_stop_writes_what_it_holds(tmp_path, clock):
+    router = Router()
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger.open(path, PROVIDER)
+    writer = start_ledger_writer(router, clock, ledger, LedgerSettings())
+    assert isinstance(writer.dispatcher, ThreadedDispatcher) and writer.owns_dispatcher
+    seen_on: list[str] = []
+    actor: LedgerActor = writer.actor
+    original = actor.on_receive
+
+    def spy(message):  # type: ignore[no-untyped-def]
+        seen_on.append(threading.current_thread().name)
+        return original(message)
+
+    actor.on_receive = spy  # type: ignore[method-assign]
+    for i in range(3_000):
+        router.tell(LEDGER, TenantStateChanged(TenantSnapshot(f"manifest1t{i:05d}")))
+    writer.close(timeout=30)
+    assert not writer.ref.is_alive()
+    assert set(seen_on) == {"dispatcher-0"}  # its own single worker, not the caller's thread
+    reopened = Ledger.open(path, PROVIDER)
+    assert reopened.count("tenant_state") == 3_000
+    reopened.close()
