@@ -235,7 +235,7 @@ def _frame_at(buf: Any, path: str, pos: int, end: int) -> tuple[bytes, int]:
     """The body of the frame at ``pos`` and where the next frame starts."""
     if end - pos < _HEADER_SIZE:
         raise TruncatedRecord(
-            path, pos, f"file ends {end - pos} byte(s) into a record header: the writer stopped mid-record"
+            path, pos, f"truncated record: the file ends {end - pos} byte(s) into a record header (the writer stopped mid-record)"
         )
     mark, length, crc = _unpack_header(buf, pos)
     if mark != FRAME_MARK:
@@ -245,8 +245,8 @@ def _frame_at(buf: Any, path: str, pos: int, end: int) -> tuple[bytes, int]:
         raise TruncatedRecord(
             path,
             pos,
-            f"record of {length} byte(s) is cut off after {end - pos - _HEADER_SIZE}: "
-            "the writer stopped mid-record (or its length is damaged)",
+            f"truncated record: {length} byte(s) long, the file ends after {end - pos - _HEADER_SIZE} "
+            "(the writer stopped mid-record, or its length is damaged)",
         )
     body = buf[pos + _HEADER_SIZE : body_end]
     if frame_crc(length, body) != crc:
@@ -324,8 +324,12 @@ def _shift(error: CaptureError, base: int) -> CaptureError:
 class CaptureReader:
     """Iterate the records of capture files, in run and part order."""
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]], *, skip_bad: bool = False) -> None:
+    def __init__(
+        self, paths: Iterable[str | os.PathLike[str]], *, skip_bad: bool = False, file_parts: bool = False
+    ) -> None:
         self.skip_bad = skip_bad
+        #: Also yield each file's ``FilePart`` header (replay uses it to see where runs begin).
+        self.file_parts = file_parts
         self.skipped = SkipCounts()
         self._decoding = _Decoding()
         self.files: list[_File] = []
@@ -387,6 +391,8 @@ class CaptureReader:
             if size == 0:
                 self._bad(TruncatedRecord(path, 0, "the file is empty"), files=1)
                 return
+            if self.file_parts:
+                yield Entry(path, FILE_HEADER.size, f.part)
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             try:
                 yield from self._frames(buf, path, size, done_before)

@@ -38,7 +38,7 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,8 +59,9 @@ from capture.settings import CaptureSettings
 from capture.wire import WireEncoder
 from messages.codec import CodecError
 from runtime.dispatch import Delivery
+from sidecar.config import format_duration
 
-__all__ = ["CaptureWriter", "sidecar_version"]
+__all__ = ["CaptureWriter", "sidecar_version", "effective_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,36 @@ def sidecar_version() -> str:
         return parser.get("metadata", "version")
     except (configparser.Error, OSError):
         return "unknown"
+
+
+def _exact_duration(value: timedelta) -> str:
+    """A duration text ``sidecar.config.parse_duration`` reads back exactly."""
+    micros = value // timedelta(microseconds=1)
+    if micros % 1_000_000 == 0:
+        return format_duration(value)
+    if micros % 1000 == 0:
+        return f"{micros // 1000}ms"
+    return repr(micros / 1_000_000)
+
+
+def effective_config(config: Any) -> dict[str, dict[str, Any]]:
+    """``config.effective()`` (secrets left out), with sub-second durations kept exact.
+
+    ``format_duration`` writes whole seconds, so a 100 ms setting would read
+    back as ``0s`` (and fail its minimum) when a replay rebuilds the config.
+    """
+    if config is None:
+        return {}
+    if not hasattr(config, "effective"):
+        return {name: dict(values) for name, values in config.items()}
+    out = config.effective()
+    for name, values in out.items():
+        obj = config.sections.get(name)
+        for key in values:
+            v = getattr(obj, key, None)
+            if isinstance(v, timedelta) and v % timedelta(seconds=1):
+                values[key] = _exact_duration(v)
+    return out
 
 
 def _clock_of(clock_now: Callable[[], datetime]) -> tuple[str, float]:
@@ -275,7 +306,7 @@ class CaptureWriter:
             raise RuntimeError("capture writer already opened")
         started = self.clock_now()
         clock, speed = _clock_of(self.clock_now)
-        effective = self._config.effective() if hasattr(self._config, "effective") else dict(self._config or {})
+        effective = effective_config(self._config)
         start = RunStart(
             run_id=self.run_id,
             started_at=started,

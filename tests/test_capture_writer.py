@@ -15,6 +15,7 @@ from capture import CaptureReader, CaptureWriteError, CaptureWriter, DeliveryRec
 from capture.format import FILE_HEADER
 from capture.reader import read_records
 from capture.settings import CaptureSettings
+from capture.writer import effective_config
 from messages.chain import ChainFailure, CreditAccount
 from messages.chain_actor import CreditCall
 from messages.coins import Coin
@@ -59,7 +60,8 @@ def test_round_trip_with_run_header_and_end(tmp_path, clock, background):
     records = read_records(writer.paths)
     start, end = records[0], records[-1]
     assert isinstance(start, RunStart) and isinstance(end, RunEnd)
-    assert start.config == cfg.effective()
+    assert start.config == effective_config(cfg)
+    assert start.config.keys() == cfg.effective().keys()
     assert start.config["scheduler"]["credit_check_error_threshold"] == 4
     assert start.clock == "ManualClock" and start.started_at == utc(2026, 3, 1)
     assert start.version and start.version != "unknown"

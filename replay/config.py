@@ -1,0 +1,84 @@
+"""The configuration a replay runs with: the captured one, adjusted.
+
+A run's first record holds ``Config.effective()`` as it was (secrets left
+out; they decide nothing). Replay rebuilds a ``Config`` from it with this
+build's sections, so the cores are configured as they were. On top of it,
+``overrides`` (``--set section.key=value``, or a test changing a rule)
+show what a different setting would have decided.
+
+A capture from another version may name a section or key this build does
+not have: it is left out with a notice rather than refusing the replay, so
+an old production capture can still be replayed against new code. A value
+this build rejects is an error naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from typing import Any
+
+from sidecar.config import Config, ConfigError, load_config, sections
+
+__all__ = ["replay_config", "parse_assignment", "merge_overrides"]
+
+
+def _plain(value: Any) -> Any:
+    """msgpack gives tuples; the config loader expects TOML's lists."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def replay_config(
+    captured: dict[str, dict[str, Any]] | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    *,
+    source: str = "capture",
+) -> tuple[Config, list[str]]:
+    """A ``Config`` from the captured effective values plus ``overrides``; and notices."""
+    known = sections()
+    notices: list[str] = []
+    raw: dict[str, dict[str, Any]] = {}
+    for name, values in sorted((captured or {}).items()):
+        cls = known.get(name)
+        if cls is None:
+            notices.append(f"captured section [{name}] is unknown to this version; left out")
+            continue
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kept = {}
+        for key, value in sorted(values.items()):
+            if key not in fields:
+                notices.append(f"captured setting [{name}] {key} is unknown to this version; left out")
+                continue
+            kept[key] = _plain(value)
+        raw[name] = kept
+    for name, values in (overrides or {}).items():
+        raw.setdefault(name, {}).update({k: _plain(v) for k, v in values.items()})
+        for key, value in sorted(values.items()):
+            notices.append(f"replaying with [{name}] {key} = {value!r} (override)")
+    try:
+        return load_config(None, raw), notices
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}".replace("<defaults>: ", "")) from None
+
+
+def parse_assignment(text: str) -> tuple[str, str, Any]:
+    """``scheduler.credit_check_error_threshold=2`` -> (section, key, value); the value is TOML."""
+    name, sep, value_text = text.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key:
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = value_text.strip()  # a bare word: take it as a string ("5m", "model")
+    return section, key, value
+
+
+def merge_overrides(assignments: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for text in assignments:
+        section, key, value = parse_assignment(text)
+        out.setdefault(section, {})[key] = value
+    return out

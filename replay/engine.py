@@ -1,0 +1,691 @@
+"""Replay: captured inputs through today's decision code, compared with what was decided.
+
+The cores (``actors.effects``) are the whole of the sidecar's decisions:
+``core.handle(message, now) -> effects``. The capture holds every message
+delivered to every actor, so for each replayed address (``scheduler``,
+``chain``, ``tenant/<addr>``) it holds both the core's *inputs* (deliveries
+to it, from chain-io, the listener, the clock, the operator, other cores)
+and its *decisions* (deliveries it caused). ``Replayer`` feeds each input,
+in capture order, to a core built by ``build_core(address, config)`` (when
+its first input arrives, with the run's captured configuration), with the
+record's clock time as ``now``; no network, no chain. Then it checks each
+effect against the capture:
+
+- ``Send(to, m)`` of input *k* must match the captured delivery to ``to``
+  whose sender is that core and whose cause is *k*; several sends to one
+  recipient keep their order (a mailbox is first in, first out); sends to
+  different recipients may interleave in any order;
+- ``Send(to, m, at=T)`` (a timer) must match the delivery sent as ``clock``
+  with cause *k*, fired at ``T`` (exactly on a manual clock; within
+  ``timer_slack`` after ``T`` on a real one, whose timers fire late);
+- ``Spawn(tenant, first)`` must match ``first``, delivered by that core to
+  the new monitor, in order; the monitor's next input goes to a fresh core;
+- ``Retire(tenant)`` is not visible in a capture (stopping an actor is not
+  a delivery); it is replayed for what it explains (below);
+- ``Note`` lines are the timeline.
+
+A decision the runtime legitimately never delivered is *excused*, not a
+divergence, and counted by reason:
+
+- mail to a tenant monitor after its ``Retire`` (the router drops it);
+- a timer not yet due when the run ended (or past ``--until``), or whose
+  setter was stopped (stopping an actor cancels its timers);
+- mail to an address that received nothing at all after the decision until
+  the run ended: the run stopped with it still queued, or no actor lives
+  there (a ledger that is not configured drops its mail).
+
+Everything else that differs is a ``Divergence``: *changed* (captured and
+replayed differ; the fields are listed), *missing* (the capture has a
+decision the replay does not make) or *extra* (the replay decides what the
+capture does not show), each tied to the input record whose handling led to
+it and to the first diverging input of the same core, whose state from then
+on may explain the rest. Two replays of the same logs produce the same
+events in the same order.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Iterator
+
+from actors.effects import Note, Retire, Send, Spawn
+from capture.format import DeliveryRecord, FilePart, OpaqueDelivery, RunEnd, RunStart
+from capture.reader import Entry
+from capture.writer import effective_config
+from replay import describe
+from replay.config import replay_config
+from runtime.clock import ManualClock
+from runtime.router import tenant_address
+from sidecar.config import Config
+
+__all__ = [
+    "ReplayError",
+    "Replayer",
+    "RunBegins",
+    "RunEnds",
+    "Step",
+    "Divergence",
+    "is_replayed",
+    "default_build_core",
+    "CLOCK",
+]
+
+#: The sender name of timer deliveries (``runtime.router.Router.tell_at``).
+CLOCK = "clock"
+
+#: After ``--until``, records are still read for this much more clock time
+#: (no input is fed) so that decisions made just before it find their
+#: deliveries; what is still undelivered then is excused as past --until.
+UNTIL_GRACE = timedelta(minutes=1)
+
+#: How late a real clock's timer may fire, in real seconds, and still match
+#: its decision (the timer thread and the dispatcher share the machine).
+REAL_TIMER_LATENESS_S = 2.0
+
+
+class ReplayError(Exception):
+    """The logs cannot be replayed (no configuration for a run, no decision code)."""
+
+
+def is_replayed(address: str) -> bool:
+    """The addresses whose cores replay runs: the decisions, not the I/O endpoints."""
+    return address == "scheduler" or address == "chain" or address.startswith("tenant/")
+
+
+def default_build_core(address: str, config: Config) -> Any:
+    try:
+        from actors.cores import build_core
+    except ImportError as exc:
+        raise ReplayError(f"this build has no decision cores to replay with (actors.cores: {exc})") from None
+    return build_core(address, config)
+
+
+# -- what a replay produces -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunBegins:
+    run_id: str
+    started_at: datetime | None
+    version: str
+    clock: str
+    where: str
+    notices: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "run",
+            "run": self.run_id,
+            "started_at": describe.when(self.started_at),
+            "version": self.version,
+            "clock": self.clock,
+            "where": self.where,
+            "notices": list(self.notices),
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timeline line: a decision (a core's note), or an input from outside that explains one."""
+
+    kind: str  # note | input | decision | error
+    at: datetime
+    seq: int
+    address: str
+    tenant: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.kind,
+            "at": describe.when(self.at),
+            "seq": self.seq,
+            "address": self.address,
+            "tenant": self.tenant,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A decision today's code makes differently from the captured run."""
+
+    run_id: str
+    kind: str  # changed | missing | extra | unreplayable | crashed
+    address: str
+    #: The input whose handling led to this decision.
+    input_seq: int
+    input_at: datetime | None
+    input_type: str
+    input_where: str
+    #: The first diverging input of the same core (its state from then on may explain this one).
+    first_seq: int
+    detail: str
+    captured_seq: int | None = None
+    tenant: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "divergence",
+            "run": self.run_id,
+            "kind": self.kind,
+            "address": self.address,
+            "tenant": self.tenant,
+            "input_seq": self.input_seq,
+            "input_at": describe.when(self.input_at),
+            "input_type": self.input_type,
+            "input_where": self.input_where,
+            "first_seq": self.first_seq,
+            "captured_seq": self.captured_seq,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class RunEnds:
+    run_id: str
+    records: int
+    inputs: int
+    matched: int
+    excused: tuple[tuple[str, int], ...]
+    divergences: int
+    clean_end: bool
+    last_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "run_end",
+            "run": self.run_id,
+            "records": self.records,
+            "inputs": self.inputs,
+            "matched": self.matched,
+            "excused": dict(self.excused),
+            "divergences": self.divergences,
+            "clean_end": self.clean_end,
+            "last_at": describe.when(self.last_at),
+        }
+
+
+# -- bookkeeping ----------------------------------------------------------------------------
+
+
+class _Expect:
+    __slots__ = ("to", "message", "at", "excuse")
+
+    def __init__(self, to: str, message: Any, at: datetime | None, excuse: str | None) -> None:
+        self.to = to
+        self.message = message
+        self.at = at
+        self.excuse = excuse
+
+
+class _Input:
+    """A replayed input whose decisions are not all matched yet."""
+
+    __slots__ = ("seq", "at", "address", "where", "type_name", "immediate", "timers")
+
+    def __init__(self, seq: int, at: datetime, address: str, where: str, type_name: str) -> None:
+        self.seq = seq
+        self.at = at
+        self.address = address
+        self.where = where
+        self.type_name = type_name
+        self.immediate: dict[str, collections.deque[_Expect]] = {}
+        self.timers: list[_Expect] = []
+
+
+def _tenant_of(address: str) -> str:
+    return address[7:] if address.startswith("tenant/") else ""
+
+
+def _message_tenant(m: Any) -> str:
+    t = getattr(m, "tenant", "")
+    if isinstance(t, str):
+        return t
+    ev = getattr(m, "event", None)
+    return getattr(ev, "tenant", "") if ev is not None else ""
+
+
+def _same(expected: Any, record: DeliveryRecord) -> bool:
+    if type(record) is OpaqueDelivery:
+        cls = type(expected)
+        return record.message == f"{cls.__module__}.{cls.__qualname__}"
+    return expected == record.message
+
+
+class _Run:
+    """One run of the sidecar being replayed: its cores and what is still to match."""
+
+    def __init__(
+        self,
+        replayer: "Replayer",
+        run_id: str,
+        config: Config,
+        timer_slack: timedelta,
+    ) -> None:
+        self.r = replayer
+        self.run_id = run_id
+        self.config = config
+        self.timer_slack = timer_slack
+        self.clock: ManualClock | None = None
+        self.cores: dict[str, Any] = {}
+        self.fresh: set[str] = set()
+        self.retired: dict[str, int] = {}
+        self.crashed: dict[str, int] = {}
+        self.crash_reported: set[str] = set()
+        self.pending: dict[int, _Input] = {}
+        self.pending_immediate = 0
+        self.inputs_bitmap = bytearray()
+        self.last_delivery: dict[str, int] = {}
+        self.last_at: datetime | None = None
+        self.records = 0
+        self.inputs = 0
+        self.matched = 0
+        self.excused: collections.Counter[str] = collections.Counter()
+        self.divergences: list[tuple[int, int, dict[str, Any]]] = []
+        self.cut = False
+        self.clean_end = False
+
+    # -- inputs of replayed cores (a bitmap: a run can hold millions) --------------------
+    def _mark_input(self, seq: int) -> None:
+        i = seq >> 3
+        bm = self.inputs_bitmap
+        if i >= len(bm):
+            bm.extend(bytes(i - len(bm) + 4096))
+        bm[i] |= 1 << (seq & 7)
+
+    def _was_input(self, seq: int) -> bool:
+        i = seq >> 3
+        bm = self.inputs_bitmap
+        return 0 <= i < len(bm) and bool(bm[i] & (1 << (seq & 7)))
+
+    # -- divergences ---------------------------------------------------------------------
+    def _diverge(
+        self,
+        kind: str,
+        address: str,
+        inp: _Input | None,
+        input_seq: int,
+        detail: str,
+        captured_seq: int | None = None,
+        tenant: str = "",
+    ) -> None:
+        self.divergences.append(
+            (
+                input_seq,
+                len(self.divergences),
+                dict(
+                    kind=kind,
+                    address=address,
+                    input_seq=input_seq,
+                    input_at=inp.at if inp else None,
+                    input_type=inp.type_name if inp else "",
+                    input_where=inp.where if inp else "",
+                    detail=detail,
+                    captured_seq=captured_seq,
+                    tenant=tenant or _tenant_of(address),
+                ),
+            )
+        )
+
+    # -- one delivery --------------------------------------------------------------------
+    def delivery(self, entry: Entry, rec: DeliveryRecord) -> list[Any] | None:
+        self.records += 1
+        at = rec.at
+        if self.last_at is None or at > self.last_at:
+            self.last_at = at
+        recipient = rec.recipient
+        self.last_delivery[recipient] = rec.seq
+        sender = rec.sender
+        replayed = self.r._replayed
+        if sender == CLOCK:
+            if self._was_input(rec.cause):
+                self._match_timer(rec)
+        elif replayed(sender) and not (self.cut and not self._was_input(rec.cause)):
+            self._match_send(rec, sender)
+        if not replayed(recipient):
+            return None
+        until = self.r.until
+        if self.cut or (until is not None and at > until):
+            self.cut = True
+            return None
+        return self._feed(entry, rec)
+
+    def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
+        inp = self.pending.get(rec.cause)
+        queue = inp.immediate.get(rec.recipient) if inp is not None and inp.address == sender else None
+        if not queue:
+            known = self._was_input(rec.cause)
+            self._diverge(
+                "extra" if known else "unexplained",
+                sender,
+                inp,
+                rec.cause,
+                f"captured {sender} -> {rec.recipient}: {describe.message(rec.message)}; "
+                + ("the replay decides no such message" if known else "no replayed input of this core caused it"),
+                rec.seq,
+                _message_tenant(rec.message),
+            )
+            return
+        exp = queue.popleft()
+        self.pending_immediate -= 1
+        if _same(exp.message, rec):
+            self.matched += 1
+        else:
+            self._diverge(
+                "changed",
+                sender,
+                inp,
+                rec.cause,
+                f"to {rec.recipient}: {describe.differences(rec.message, exp.message)}",
+                rec.seq,
+                _message_tenant(rec.message),
+            )
+        if not queue:
+            del inp.immediate[rec.recipient]  # type: ignore[union-attr]
+            self._forget_if_done(inp)  # type: ignore[arg-type]
+
+    def _timely(self, due: datetime, fired: datetime) -> bool:
+        return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
+
+    def _match_timer(self, rec: DeliveryRecord) -> None:
+        inp = self.pending.get(rec.cause)
+        same_to = [x for x in inp.timers if x.to == rec.recipient] if inp is not None else []
+        for x in same_to:
+            if _same(x.message, rec) and self._timely(x.at, rec.at):  # type: ignore[arg-type]
+                inp.timers.remove(x)  # type: ignore[union-attr]
+                self.matched += 1
+                self._forget_if_done(inp)  # type: ignore[arg-type]
+                return
+        address = inp.address if inp is not None else "?"
+        if same_to:
+            x = same_to[0]
+            inp.timers.remove(x)  # type: ignore[union-attr]
+            changes = describe.differences(rec.message, x.message) if not _same(x.message, rec) else describe.message(rec.message)
+            self._diverge(
+                "changed",
+                address,
+                inp,
+                rec.cause,
+                f"timer to {rec.recipient}: fired at {describe.when(rec.at)}, replay sets it for "
+                f"{describe.when(x.at)}; {changes}",
+                rec.seq,
+            )
+            self._forget_if_done(inp)  # type: ignore[arg-type]
+            return
+        self._diverge(
+            "extra",
+            address,
+            inp,
+            rec.cause,
+            f"captured timer to {rec.recipient} at {describe.when(rec.at)}: {describe.message(rec.message)}; "
+            "the replay sets no such timer",
+            rec.seq,
+        )
+
+    def _forget_if_done(self, inp: _Input) -> None:
+        if not inp.immediate and not inp.timers:
+            self.pending.pop(inp.seq, None)
+
+    def _feed(self, entry: Entry, rec: DeliveryRecord) -> list[Any] | None:
+        address = rec.recipient
+        seq = rec.seq
+        self.inputs += 1
+        self._mark_input(seq)
+        at = rec.at
+        if self.clock is None:
+            self.clock = ManualClock(at)
+        elif at > self.clock.now():
+            self.clock.advance_to(at)
+        type_name = type(rec.message).__name__ if type(rec) is not OpaqueDelivery else rec.message
+        inp = _Input(seq, at, address, f"{entry.path}:{entry.offset}", type_name)
+        out: list[Any] = []
+        if rec.sender != CLOCK and not self.r._replayed(rec.sender):
+            text = describe.outside_input(rec.message) if type(rec) is not OpaqueDelivery else None
+            if text is not None:
+                out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{rec.sender}: {text}"))
+        if address in self.crashed:
+            if address not in self.crash_reported:
+                self.crash_reported.add(address)
+                self._diverge(
+                    "crashed", address, inp, seq,
+                    f"the replayed core raised at input #{self.crashed[address]}, "
+                    "but the captured actor went on handling messages",
+                )
+            return out
+        if type(rec) is OpaqueDelivery:
+            self._diverge("unreplayable", address, inp, seq, f"input {rec.message} was not captured (not a registered message)")
+            return out
+        core = self.cores.get(address)
+        if core is None or address in self.fresh:
+            self.fresh.discard(address)
+            core = self.cores[address] = self.r._build_core(address, self.config)
+        try:
+            effects = core.handle(rec.message, at)
+        except Exception as exc:  # the live actor would have failed and stopped the same way
+            self.crashed[address] = seq
+            out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
+            return out
+        tenant = _tenant_of(address)
+        retired = self.retired
+        for eff in effects:
+            te = type(eff)
+            if te is Send:
+                to = eff.to
+                if eff.at is None:
+                    q = inp.immediate.get(to)
+                    if q is None:
+                        q = inp.immediate[to] = collections.deque()
+                    q.append(_Expect(to, eff.message, None, "recipient retired" if to in retired else None))
+                    self.pending_immediate += 1
+                    text = describe.decision(eff.message)
+                    if text is not None:
+                        out.append(Step("decision", at, seq, address, tenant, text))
+                else:
+                    inp.timers.append(_Expect(to, eff.message, eff.at, None))
+            elif te is Note:
+                out.append(Step("note", at, seq, address, eff.tenant or tenant, eff.text))
+            elif te is Spawn:
+                to = tenant_address(eff.tenant)
+                self.fresh.add(to)
+                retired.pop(to, None)
+                q = inp.immediate.get(to)
+                if q is None:
+                    q = inp.immediate[to] = collections.deque()
+                for m in eff.first:
+                    q.append(_Expect(to, m, None, None))
+                    self.pending_immediate += 1
+                if not q:
+                    del inp.immediate[to]
+            elif te is Retire:
+                retired[tenant_address(eff.tenant)] = seq
+            else:
+                out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
+        if inp.immediate or inp.timers:
+            self.pending[seq] = inp
+        return out
+
+    def opaque_to(self, rec: OpaqueDelivery) -> bool:
+        return self.r._replayed(rec.recipient)
+
+    # -- the end of a run ---------------------------------------------------------------
+    def finish(self) -> list[Any]:
+        until = self.r.until
+        for seq in sorted(self.pending):
+            inp = self.pending[seq]
+            for q in inp.immediate.values():
+                for exp in q:
+                    reason = exp.excuse
+                    if reason is None and self.last_delivery.get(exp.to, 0) < inp.seq:
+                        reason = "never delivered: nothing reached the recipient after the decision (run stopped, or no actor there)"
+                    if reason is None and self.cut:
+                        reason = "past --until"
+                    if reason:
+                        self.excused[reason] += 1
+                    else:
+                        self._diverge(
+                            "missing", inp.address, inp, inp.seq,
+                            f"the replay sends {exp.to}: {describe.message(exp.message)}; the capture has no such delivery",
+                            tenant=_message_tenant(exp.message),
+                        )
+            for exp in inp.timers:
+                due = exp.at
+                stopped = self.retired.get(inp.address, -1) >= inp.seq or inp.address in self.crashed
+                if until is not None and due > until:  # type: ignore[operator]
+                    self.excused["timer past --until"] += 1
+                elif self.last_at is not None and due > self.last_at - self.timer_slack:  # type: ignore[operator]
+                    self.excused["timer not yet due when the run ended"] += 1
+                elif stopped:
+                    self.excused["timer cancelled: its actor was stopped"] += 1
+                else:
+                    self._diverge(
+                        "missing", inp.address, inp, inp.seq,
+                        f"the replay sets a timer to {exp.to} at {describe.when(due)}: "
+                        f"{describe.message(exp.message)}; it never fired in the capture",
+                    )
+        self.pending.clear()
+        first: dict[str, int] = {}
+        for input_seq, _, d in self.divergences:
+            a = d["address"]
+            if a not in first or input_seq < first[a]:
+                first[a] = input_seq
+        out: list[Any] = [
+            Divergence(run_id=self.run_id, first_seq=first[d["address"]], **d)
+            for _, _, d in sorted(self.divergences, key=lambda x: (x[0], x[1]))
+        ]
+        out.append(
+            RunEnds(
+                self.run_id,
+                self.records,
+                self.inputs,
+                self.matched,
+                tuple(sorted(self.excused.items())),
+                len(self.divergences),
+                self.clean_end,
+                self.last_at,
+            )
+        )
+        return out
+
+
+class Replayer:
+    """Replays capture entries (``capture.reader.CaptureReader``) and yields what it finds.
+
+    ``config`` replaces every run's captured configuration; ``overrides``
+    (``{section: {key: value}}``) change settings on top of it. ``until``
+    stops feeding inputs after that clock time.
+    """
+
+    def __init__(
+        self,
+        build_core: Callable[[str, Config], Any] | None = None,
+        *,
+        config: Config | None = None,
+        overrides: dict[str, dict[str, Any]] | None = None,
+        until: datetime | None = None,
+        timer_slack: timedelta | None = None,
+        replayed: Callable[[str], bool] = is_replayed,
+    ) -> None:
+        self._build_core = build_core or default_build_core
+        self.config = config
+        self.overrides = overrides or {}
+        self.until = until
+        self.timer_slack = timer_slack
+        self._replayed_fn = replayed
+        self._replayed_cache: dict[str, bool] = {}
+        self.divergences = 0
+        self.runs = 0
+        self.records = 0
+        self.inputs = 0
+        self.matched = 0
+        self.excused = 0
+        self.stopped_early = False
+
+    def _replayed(self, address: str) -> bool:
+        known = self._replayed_cache.get(address)
+        if known is None:
+            known = self._replayed_cache[address] = self._replayed_fn(address)
+        return known
+
+    def _slack(self, start: RunStart | None) -> timedelta:
+        if self.timer_slack is not None:
+            return self.timer_slack
+        if start is None or start.clock == "ManualClock":
+            return timedelta(0)
+        return timedelta(seconds=REAL_TIMER_LATENESS_S * max(start.clock_speed, 1.0))
+
+    def _begin(self, entry: Entry, start: RunStart | None, run_id: str) -> tuple[_Run, RunBegins]:
+        notices: list[str] = []
+        if self.config is not None:
+            config = self.config
+            if self.overrides:
+                config, notices = replay_config(effective_config(config), self.overrides)
+            notices.insert(0, f"replaying with the configuration from {config.source}, not the captured one")
+        elif start is not None:
+            config, notices = replay_config(start.config, self.overrides, source=entry.where())
+        else:
+            raise ReplayError(
+                f"{entry.where()}: run {run_id} has no start record among the files given (its first file "
+                "is missing): give that file, or pass --config to replay it with a configuration of your choice"
+            )
+        run = _Run(self, run_id, config, self._slack(start))
+        self.runs += 1
+        begins = RunBegins(
+            run_id,
+            start.started_at if start else None,
+            start.version if start else "unknown",
+            f"{start.clock} x{start.clock_speed:g}" if start else "unknown",
+            entry.where(),
+            tuple(notices),
+        )
+        return run, begins
+
+    def _end(self, run: _Run) -> list[Any]:
+        out = run.finish()
+        self.divergences += len(run.divergences)
+        self.records += run.records
+        self.inputs += run.inputs
+        self.matched += run.matched
+        self.excused += sum(run.excused.values())
+        return out
+
+    def replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
+        run: _Run | None = None
+        for entry in entries:
+            rec = entry.record
+            t = type(rec)
+            if t is DeliveryRecord or t is OpaqueDelivery:
+                if run is None:
+                    run, begins = self._begin(entry, None, "unknown")
+                    yield begins
+                if self.until is not None and rec.at > self.until + max(run.timer_slack, UNTIL_GRACE):
+                    run.cut = True
+                    self.stopped_early = True  # decisions before --until had their time to be delivered
+                    break
+                out = run.delivery(entry, rec)
+                if out:
+                    yield from out
+                if run.cut and run.pending_immediate <= 0:
+                    self.stopped_early = True  # past --until, every decision before it accounted for
+                    break
+            elif t is RunStart:
+                if run is not None:
+                    yield from self._end(run)
+                run, begins = self._begin(entry, rec, rec.run_id)
+                yield begins
+            elif t is FilePart:
+                if rec.part > 0 and (run is None or run.run_id != rec.run_id):
+                    if run is not None:
+                        yield from self._end(run)
+                    run, begins = self._begin(entry, None, rec.run_id)
+                    yield begins
+            elif t is RunEnd:
+                if run is not None:
+                    run.clean_end = True
+                    yield from self._end(run)
+                    run = None
+        if run is not None:
+            yield from self._end(run)
+

@@ -1,0 +1,366 @@
+"""The replay engine on small cores of its own: matching, excuses, divergences, until, errors.
+
+The toy system is a scheduler that wakes on a timer and has chain-io read
+every tenant's credit, and tenant monitors that count failed reads and ask
+for an early re-check at a threshold (the rule issue 5 changes in its test).
+It runs live on a manual clock and dispatcher with the capture tap, then is
+replayed from the capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from datetime import timedelta
+
+import pytest
+
+from actors.effects import Note, Retire, Send, Spawn
+from actors.shell import CoreActor, start_actor
+from capture import CaptureReader, CaptureWriter
+from capture.settings import CaptureSettings
+from messages.chain import ChainFailure, CreditAccount
+from messages.chain_actor import CreditCall
+from messages.coins import Coin
+from messages.credit import CreditRead, CreditReadFailed, LeasesSynced
+from messages.ledger import BillingTickDue
+from messages.scheduler import StartSchedule, StopSchedule, TenantChecked, Wake
+from replay.cli import run_replay
+from replay.engine import Divergence, ReplayError, Replayer, RunEnds, Step
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import ManualDispatcher, PooledActor
+from runtime.router import Router, tenant_address
+
+TENANTS = ("alice", "bob")
+INTERVAL = timedelta(minutes=10)
+
+
+class ToyScheduler:
+    def __init__(self, retire_bob_at: int | None = None) -> None:
+        self.retire_bob_at = retire_bob_at
+        self.tenants = list(TENANTS)
+        self.stopped = False
+
+    def handle(self, m, now):
+        if isinstance(m, StartSchedule):
+            return [Spawn(t, (LeasesSynced(()),)) for t in self.tenants] + [
+                Note("started"),
+                Send("scheduler", Wake("interval", 1), at=now + INTERVAL),
+            ]
+        if isinstance(m, StopSchedule):
+            self.stopped = True
+            return [Note("stopped")]
+        if isinstance(m, Wake):
+            if self.stopped:
+                return []
+            out = [Note(f"wake {m.token}"), Send("ledger", BillingTickDue(now))]
+            if m.token == self.retire_bob_at and "bob" in self.tenants:
+                self.tenants.remove("bob")
+                out += [Retire("bob"), Send(tenant_address("bob"), LeasesSynced(()))]
+            out += [Send("chain-io", CreditCall(m.token, t)) for t in self.tenants]
+            out.append(Send("scheduler", Wake("interval", m.token + 1), at=now + INTERVAL))
+            return out
+        if isinstance(m, TenantChecked):
+            if m.recheck_at is not None:
+                return [Note(f"{m.tenant} asks for a re-check at {m.recheck_at:%H:%M:%S}", m.tenant)]
+            return []
+        raise TypeError(type(m).__name__)
+
+
+class ToyTenant:
+    def __init__(self, tenant: str, threshold: int = 3) -> None:
+        self.tenant = tenant
+        self.threshold = threshold
+        self.errs = 0
+
+    def handle(self, m, now):
+        if isinstance(m, LeasesSynced):
+            return []
+        if isinstance(m, CreditReadFailed):
+            self.errs += 1
+            recheck = now + timedelta(seconds=30) if self.errs >= self.threshold else None
+            return [
+                Note(f"{self.tenant}: {self.errs} failed read(s)", self.tenant),
+                Send("scheduler", TenantChecked(m.cycle, self.tenant, recheck_at=recheck)),
+            ]
+        if isinstance(m, CreditRead):
+            self.errs = 0
+            return [Send("scheduler", TenantChecked(m.cycle, self.tenant))]
+        raise TypeError(type(m).__name__)
+
+
+def toy_builder(threshold: int = 3, retire_bob_at: int | None = None):
+    def build(address, config):
+        if address == "scheduler":
+            return ToyScheduler(retire_bob_at)
+        if address.startswith("tenant/"):
+            return ToyTenant(address[len("tenant/"):], threshold)
+        raise KeyError(address)
+
+    return build
+
+
+class ToyChainIO(PooledActor):
+    """Answers credit reads: bob's fail on the cycles listed, the rest succeed."""
+
+    def __init__(self, dispatcher, router, failing):
+        super().__init__(dispatcher, "chain-io")
+        self.router = router
+        self.failing = failing
+
+    def on_receive(self, m):
+        to = tenant_address(m.tenant)
+        if (m.tenant, m.cycle) in self.failing:
+            self.router.tell(to, CreditReadFailed(m.cycle, ChainFailure("credit_account", "unavailable", transient=True)))
+        else:
+            self.router.tell(to, CreditRead(m.cycle, CreditAccount(m.tenant, (Coin("umfx", 1000 - m.cycle),))))
+
+
+def live_run(tmp_path, *, cycles=6, failing=(("bob", 2), ("bob", 3), ("bob", 4)), retire_bob_at=None, stop=True,
+             ledger=False):
+    """Run the toy system live with capture; returns the capture's paths."""
+    clock = ManualClock(utc(2026, 3, 1))
+    writer = CaptureWriter(
+        CaptureSettings(directory=str(tmp_path / "cap")), clock_now=clock.now, config={"scheduler": {}}, run_id="toy"
+    ).open()
+    dispatcher = ManualDispatcher(clock.now, tap=writer)
+    router = Router()
+    build = toy_builder(retire_bob_at=retire_bob_at)
+
+    def lifecycle(effect):
+        if isinstance(effect, Spawn):
+            ref = start_actor(router, CoreActor, dispatcher, tenant_address(effect.tenant),
+                              build(tenant_address(effect.tenant), None), router, clock)
+            for m in effect.first:
+                ref.tell(m)
+        elif isinstance(effect, Retire):
+            ref = router.remove(tenant_address(effect.tenant))
+            if ref is not None:
+                ref.stop(block=False)
+
+    scheduler = start_actor(router, CoreActor, dispatcher, "scheduler", build("scheduler", None), router, clock, lifecycle)
+    start_actor(router, ToyChainIO, dispatcher, router, set(failing))
+    if ledger:
+        class Sink(PooledActor):
+            def on_receive(self, m):
+                pass
+        start_actor(router, Sink, dispatcher, "ledger")
+    scheduler.tell(StartSchedule())
+    dispatcher.run_until_idle()
+    for _ in range(cycles):
+        clock.advance(INTERVAL)
+        dispatcher.run_until_idle()
+    if stop:
+        scheduler.tell(StopSchedule())
+        dispatcher.run_until_idle()
+    for address in router.addresses():
+        router.get(address).stop(block=False)
+    dispatcher.run_until_idle()
+    writer.close()
+    return writer.paths
+
+
+def replay(paths, build=None, **kw):
+    events = list(Replayer(build or toy_builder(), **kw).replay(CaptureReader(paths, file_parts=True)))
+    return events, [e for e in events if isinstance(e, Divergence)], [e for e in events if isinstance(e, RunEnds)]
+
+
+def input_seq(paths, recipient, message_type, nth):
+    """The seq of the nth delivery of ``message_type`` to ``recipient`` in the capture."""
+    found = [e.record.seq for e in CaptureReader(paths)
+             if getattr(e.record, "recipient", None) == recipient and type(e.record.message).__name__ == message_type]
+    return found[nth - 1]
+
+
+def test_a_capture_replays_with_no_divergence(tmp_path):
+    paths = live_run(tmp_path)
+    events, divergences, [end] = replay(paths)
+    assert divergences == []
+    assert end.matched > 30 and end.inputs > 20 and end.clean_end
+    # The timer set by the last wake was never due: excused, not a divergence.
+    assert dict(end.excused)["timer not yet due when the run ended"] == 1
+    notes = [e.text for e in events if isinstance(e, Step) and e.kind == "note"]
+    assert "bob: 3 failed read(s)" in notes and "bob asks for a re-check at 00:40:30" in notes
+
+
+def test_mail_to_an_absent_ledger_is_excused_but_a_present_one_must_receive_it(tmp_path):
+    _, divergences, [end] = replay(live_run(tmp_path))
+    assert divergences == [] and dict(end.excused)[
+        "never delivered: nothing reached the recipient after the decision (run stopped, or no actor there)"
+    ] == 6
+    _, divergences, [end] = replay(live_run(tmp_path / "with-ledger", ledger=True))
+    assert divergences == [] and len(end.excused) == 1  # only the last timer
+
+
+def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
+    paths = live_run(tmp_path)
+    _, divergences, _ = replay(paths, toy_builder(threshold=2))
+    second_failure = input_seq(paths, "tenant/bob", "CreditReadFailed", 2)
+    first = divergences[0]
+    assert first.kind == "changed" and first.address == "tenant/bob"
+    assert first.input_seq == second_failure and first.first_seq == second_failure
+    assert first.input_type == "CreditReadFailed" and "recheck_at: None -> 2026-03-01 00:30:30" in first.detail
+    assert first.input_where.endswith(f":{_offset_of(paths, second_failure)}")
+    # The scheduler replays its captured inputs: it diverges nowhere.
+    assert {d.address for d in divergences} == {"tenant/bob"}
+
+
+def _offset_of(paths, seq):
+    return next(e.offset for e in CaptureReader(paths) if getattr(e.record, "seq", None) == seq)
+
+
+def test_missing_and_extra_decisions(tmp_path):
+    paths = live_run(tmp_path)
+
+    class Quiet(ToyTenant):
+        def handle(self, m, now):
+            out = super().handle(m, now)
+            if isinstance(m, CreditRead) and m.cycle == 5 and self.tenant == "alice":
+                return []  # the captured TenantChecked is not decided any more
+            return out
+
+    class Chatty(ToyTenant):
+        def handle(self, m, now):
+            out = super().handle(m, now)
+            if isinstance(m, CreditRead) and m.cycle == 5 and self.tenant == "alice":
+                out.append(Send("scheduler", TenantChecked(99, "alice")))
+            return out
+
+    def with_tenant(cls):
+        base = toy_builder()
+        return lambda a, c: cls(a[len("tenant/"):]) if a.startswith("tenant/") else base(a, c)
+
+    _, divergences, _ = replay(paths, with_tenant(Quiet))
+    [d] = divergences
+    read = input_seq(paths, "tenant/alice", "CreditRead", 5)
+    assert (d.kind, d.input_seq, d.address) == ("extra", read, "tenant/alice")
+    assert "TenantChecked(cycle=5, tenant='alice')" in d.detail and "no such message" in d.detail
+    _, divergences, _ = replay(paths, with_tenant(Chatty))
+    [d] = divergences
+    assert (d.kind, d.input_seq) == ("missing", read)
+    assert "TenantChecked(cycle=99" in d.detail
+
+
+def test_a_changed_timer_is_a_divergence(tmp_path):
+    paths = live_run(tmp_path)
+
+    class Slower(ToyScheduler):
+        def handle(self, m, now):
+            return [Send(e.to, e.message, at=e.at + timedelta(seconds=1)) if isinstance(e, Send) and e.at else e
+                    for e in super().handle(m, now)]
+
+    base = toy_builder()
+    _, divergences, _ = replay(paths, lambda a, c: Slower() if a == "scheduler" else base(a, c))
+    assert divergences and all(d.kind == "changed" and d.address == "scheduler" for d in divergences)
+    assert "replay sets it for 2026-03-01 00:10:01" in divergences[0].detail
+    assert divergences[0].input_seq == input_seq(paths, "scheduler", "StartSchedule", 1)
+
+
+def test_mail_to_a_retired_tenant_is_excused(tmp_path):
+    paths = live_run(tmp_path, retire_bob_at=3)
+    _, divergences, [end] = replay(paths, toy_builder(retire_bob_at=3))
+    assert divergences == []
+    assert dict(end.excused)["recipient retired"] == 1
+
+
+def test_until_stops_feeding_and_excuses_later_timers(tmp_path):
+    paths = live_run(tmp_path)
+    until = utc(2026, 3, 1, 0, 35)
+    replayer = Replayer(toy_builder(), until=until)
+    events = list(replayer.replay(CaptureReader(paths, file_parts=True)))
+    assert not [e for e in events if isinstance(e, Divergence)]
+    steps = [e for e in events if isinstance(e, Step)]
+    assert max(s.at for s in steps) == utc(2026, 3, 1, 0, 30)  # wake 3 is the last input fed
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    # Wake 3 set wake 4 for 00:40, past --until: excused, and the rest of the log is not read.
+    assert dict(end.excused)["timer past --until"] == 1
+    assert replayer.stopped_early and not end.clean_end
+
+
+def test_a_run_without_its_start_needs_a_configuration(tmp_path):
+    paths = live_run(tmp_path)
+    # Simulate a lost first file: a reader that drops the run's start and says it is part 1.
+    from capture.format import FilePart, RunStart
+
+    entries = []
+    for e in CaptureReader(paths, file_parts=True):
+        if isinstance(e.record, RunStart):
+            continue
+        if isinstance(e.record, FilePart):
+            e.record = FilePart(e.record.run_id, e.record.run_started_at, 1, e.record.opened_at)
+        entries.append(e)
+    with pytest.raises(ReplayError, match="no start record"):
+        list(Replayer(toy_builder()).replay(entries))
+    from sidecar.config import load_config
+
+    events = list(Replayer(toy_builder(), config=load_config()).replay(entries))
+    assert not [e for e in events if isinstance(e, Divergence)]
+
+
+def test_a_core_that_raises_is_reported_once_the_live_actor_carries_on(tmp_path):
+    paths = live_run(tmp_path)
+
+    class Broken(ToyTenant):
+        def handle(self, m, now):
+            if isinstance(m, CreditReadFailed):
+                raise ValueError("boom")
+            return super().handle(m, now)
+
+    base = toy_builder()
+    events, divergences, _ = replay(paths, lambda a, c: Broken(a[7:]) if a == "tenant/bob" else base(a, c))
+    errors = [e for e in events if isinstance(e, Step) and e.kind == "error"]
+    assert errors[0].text == "core raised ValueError: boom"
+    kinds = [d.kind for d in divergences]
+    assert "crashed" in kinds and kinds.count("crashed") == 1
+
+
+def _cli(paths, *extra, build=None, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(
+        logs=[str(p) for p in paths], until=None, tenant=None, step=False, json=False, skip_bad=False,
+        set=[], with_config=None, timer_slack=None,
+    )
+    for key, value in extra:
+        setattr(args, key, value)
+    status = run_replay(args, None, stdout=out, stderr=err, stdin=io.StringIO(stdin), build_core=build or toy_builder())
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_cli_output_is_identical_across_replays_and_says_no_divergence(tmp_path):
+    paths = live_run(tmp_path)
+    first = _cli(paths)
+    assert first == _cli(paths)
+    status, text, err = first
+    assert status == 0 and err == ""
+    assert "no divergence" in text and "bob: 3 failed read(s)" in text
+    status, js, _ = _cli(paths, ("json", True))
+    assert status == 0 and js == _cli(paths, ("json", True))[1]
+    import json
+
+    lines = [json.loads(line) for line in js.splitlines()]
+    assert lines[0]["type"] == "run" and lines[-1]["type"] == "summary" and lines[-1]["divergences"] == 0
+
+
+def test_cli_exit_status_and_tenant_filter(tmp_path):
+    paths = live_run(tmp_path)
+    status, text, _ = _cli(paths, build=toy_builder(threshold=2))
+    assert status == 1 and "DIVERGENCE changed" in text
+    status, text, _ = _cli(paths, ("tenant", "alice"))
+    assert status == 0 and "bob" not in "".join(line for line in text.splitlines() if line.startswith("2026"))
+
+
+def test_cli_skip_bad_counts_and_exit_status(tmp_path):
+    paths = live_run(tmp_path)
+    data = open(paths[-1], "rb").read()
+    open(paths[-1], "wb").write(data[:-5])  # the RunEnd record is cut
+    status, text, err = _cli(paths)
+    assert status == 2 and "truncated record" in err and f"{paths[-1]}: byte" in err
+    status, text, err = _cli(paths, ("skip_bad", True))
+    assert status == 2 and "skipped 1 record(s)" in text and "1 truncated" in text
+    assert "no clean stop recorded" in text
+
+
+def test_cli_step_pauses_after_each_line(tmp_path):
+    paths = live_run(tmp_path, cycles=1)
+    status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
+    assert err.count("[step]") == 3 and "stopped at the user's request" in text
