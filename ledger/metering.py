@@ -19,8 +19,9 @@ Months then add up to the lease's whole accrual with nothing counted twice or
 lost, whatever the sub-second offsets.
 
 Streamed, not loaded whole: the month's leases (in uuid order) and its
-settlements (in lease order, one index range thanks to their ``period``
-column) are read as two sorted cursors from one read snapshot and merged;
+settlements (summed per lease and denom by SQLite over one clustered range of
+the table, exactly: see ``_SETTLEMENTS``) are read as two sorted cursors from
+one read snapshot and merged;
 lines are written in batches, each its own transaction with the run's
 heartbeat. Memory is bounded by the batch size, not by the month.
 """
@@ -28,6 +29,7 @@ heartbeat. Memory is bounded by the batch size, not by the month.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
@@ -86,8 +88,25 @@ WHERE provider_uuid = :provider AND active_from_us IS NOT NULL AND active_from_u
 ORDER BY uuid
 """
 
+# Per lease and denom, summed by SQLite where that is exact: an amount of at
+# most 18 digits fits a 64-bit integer, and SQLite's SUM of integers raises
+# "integer overflow" rather than wrap or round. Longer amounts (a Cosmos Int
+# is 256-bit) are counted in ``big`` and added in Python from their rows.
 _SETTLEMENTS = """
-SELECT lease_uuid, tenant, denom, amount FROM settlements WHERE period = :period ORDER BY lease_uuid
+SELECT lease_uuid, MAX(tenant), denom,
+       SUM(CASE WHEN LENGTH(amount) <= 18 THEN CAST(amount AS INTEGER) ELSE 0 END),
+       SUM(LENGTH(amount) > 18)
+FROM settlements WHERE period = :period
+GROUP BY lease_uuid, denom ORDER BY lease_uuid, denom
+"""
+
+_BIG_SETTLEMENTS = """
+SELECT amount FROM settlements
+WHERE period = :period AND lease_uuid = :lease AND denom = :denom AND LENGTH(amount) > 18
+"""
+
+_SETTLEMENT_ROWS = """
+SELECT lease_uuid, tenant, denom, amount, 0 FROM settlements WHERE period = :period ORDER BY lease_uuid, denom
 """
 
 
@@ -102,11 +121,61 @@ def _unpriced(reader, month: Month, provider: str) -> tuple[int, list[str]]:  # 
     return count, names
 
 
-def lines_of_month(reader, month: Month, provider: str) -> Iterator[tuple[str, list[Line]]]:  # type: ignore[no-untyped-def]
-    """Per lease (uuid order): its statement lines for ``month``. A merge of two sorted cursors."""
+def _settled_sums(reader, month: Month) -> Iterator[tuple[str, str, str, int]]:  # type: ignore[no-untyped-def]
+    """(lease, tenant, denom, amount) of the month, in lease order, summed per lease and denom.
+
+    Raises ``_SumOverflow`` where a 64-bit sum overflowed (the caller sums in Python then).
+    """
+    params = {"period": str(month)}
+    rows = None
+    while True:
+        try:
+            # execute() already steps to the first row, so it can overflow too.
+            if rows is None:
+                rows = reader.execute(_SETTLEMENTS, params)
+            row = next(rows, None)
+        except sqlite3.OperationalError as exc:
+            if "overflow" in str(exc):
+                raise _SumOverflow() from exc
+            raise
+        if row is None:
+            return
+        lease, tenant, denom, amount, big = row
+        if big:
+            for (text,) in reader.execute(_BIG_SETTLEMENTS, {**params, "lease": lease, "denom": denom}):
+                amount += int(text)
+        yield lease, tenant, denom, amount
+
+
+class _SumOverflow(Exception):
+    """A 64-bit sum overflowed after rows were already used: the month restarts summing in Python."""
+
+
+def _summed_in_python(rows) -> Iterator[tuple[str, str, str, int]]:  # type: ignore[no-untyped-def]
+    key = None
+    total = 0
+    tenant = ""
+    for lease, t, denom, amount, _ in rows:
+        if (lease, denom) != key:
+            if key is not None:
+                yield key[0], tenant, key[1], total
+            key, total, tenant = (lease, denom), 0, t
+        total += int(amount)
+    if key is not None:
+        yield key[0], tenant, key[1], total
+
+
+def lines_of_month(reader, month: Month, provider: str, exact_sums: bool = False) -> Iterator[tuple[str, list[Line]]]:  # type: ignore[no-untyped-def]
+    """Per lease (uuid order): its statement lines for ``month``. A merge of two sorted cursors.
+
+    ``exact_sums`` sums settlements in Python row by row (after a 64-bit sum overflowed).
+    """
     start, end = to_us(month.start), to_us(month.end)
     leases = reader.execute(_LEASES, {"provider": provider, "to": end, "from": start})
-    settlements = reader.execute(_SETTLEMENTS, {"period": str(month)})
+    if exact_sums:
+        settlements = _summed_in_python(reader.execute(_SETTLEMENT_ROWS, {"period": str(month)}))
+    else:
+        settlements = _settled_sums(reader, month)
     pending = next(settlements, None)
 
     def withdrawn_for(uuid: str) -> tuple[dict[str, int], str]:
@@ -116,7 +185,7 @@ def lines_of_month(reader, month: Month, provider: str) -> Iterator[tuple[str, l
         tenant = ""
         while pending is not None and pending[0] == uuid:
             _, tenant, denom, amount = pending
-            paid[denom] = paid.get(denom, 0) + int(amount)
+            paid[denom] = paid.get(denom, 0) + amount
             pending = next(settlements, None)
         return paid, tenant
 
@@ -197,6 +266,18 @@ _INSERT_TOTAL = (
 def _meter(
     ledger: Ledger, periods: Periods, month: Month, now: datetime, run_id: str, batch_leases: int
 ) -> tuple[int, int, int]:
+    try:
+        return _meter_once(ledger, periods, month, now, run_id, batch_leases, exact_sums=False)
+    except _SumOverflow:
+        logger.info("metering %s: a 64-bit settlement sum overflowed; summing row by row", month)
+        with ledger.transaction() as c:
+            c.execute("DELETE FROM statement_lines WHERE run_id = ?", (run_id,))
+        return _meter_once(ledger, periods, month, now, run_id, batch_leases, exact_sums=True)
+
+
+def _meter_once(
+    ledger: Ledger, periods: Periods, month: Month, now: datetime, run_id: str, batch_leases: int, exact_sums: bool
+) -> tuple[int, int, int]:
     provider = ledger.provider_uuid
     with ledger.reader() as reader:
         count, names = _unpriced(reader, month, provider)
@@ -208,7 +289,7 @@ def _meter(
         leases = lines = 0
         batch: list[tuple[object, ...]] = []
         in_batch = 0
-        for _uuid, lease_lines in lines_of_month(reader, month, provider):
+        for _uuid, lease_lines in lines_of_month(reader, month, provider, exact_sums):
             leases += 1
             in_batch += 1
             for ln in lease_lines:

@@ -85,23 +85,25 @@ _V1 = (
     )
     """,
     # What one settlement moved to us from one lease, per denom. A lease is
-    # settled at most once per transaction. ``period`` (YYYY-MM of at_us) is
-    # stored so a month's settlements are one index range in lease order:
-    # metering streams them without a sort.
+    # settled at most once per transaction: (tx_hash, lease_uuid, denom) is
+    # the natural key. The table is clustered by (period, lease, denom), where
+    # period is YYYY-MM of at_us, so a month's settlements are one range of
+    # the table in lease order: metering sums them per lease in SQLite
+    # without a sort or an index lookup per row.
     """
     CREATE TABLE settlements (
-        tx_hash TEXT NOT NULL,
+        period TEXT NOT NULL,
         lease_uuid TEXT NOT NULL,
         denom TEXT NOT NULL,
+        tx_hash TEXT NOT NULL,
         amount TEXT NOT NULL,
         kind TEXT NOT NULL,
         tenant TEXT NOT NULL DEFAULT '',
         at_us INTEGER NOT NULL,
-        period TEXT NOT NULL,
-        PRIMARY KEY (tx_hash, lease_uuid, denom)
+        PRIMARY KEY (period, lease_uuid, denom, tx_hash),
+        UNIQUE (tx_hash, lease_uuid, denom)
     ) WITHOUT ROWID
     """,
-    "CREATE INDEX settlements_period_lease ON settlements (period, lease_uuid)",
     # Provider-wide MsgWithdraw pages, one row per transaction.
     """
     CREATE TABLE withdrawals (

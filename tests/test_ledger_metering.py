@@ -291,3 +291,26 @@ def test_a_settlement_of_a_lease_the_ledger_never_saw_active_is_still_shown(tmp_
     meter_month(lg, MAR, utc(2026, 4, 2))
     assert tenant_totals(lg, MAR) == {RICH: {"umfx": (0, 42)}}
     lg.close()
+
+
+def test_withdrawn_amounts_beyond_64_bits_are_summed_exactly(tmp_path):
+    at = utc(2026, 3, 9)
+    # A 256-bit-sized amount beside a small one: SQLite sums the small, Python adds the big.
+    big = 10**60 + 7
+    lg = Ledger.open(tmp_path / "a.sqlite", PROVIDER)
+    lg.record_all(
+        [
+            LeaseSettled(at, "TXB", "lease-a", (Coin("umfx", big),), tenant=RICH),
+            LeaseSettled(at, "TXA", "lease-a", (Coin("umfx", 5),), tenant=RICH),
+        ]
+    )
+    meter_month(lg, MAR, utc(2026, 4, 2))
+    assert tenant_totals(lg, MAR) == {RICH: {"umfx": (0, big + 5)}}
+    lg.close()
+    # 18-digit amounts whose sum overflows a 64-bit integer: summed row by row instead.
+    near = 10**18 - 1
+    lg = Ledger.open(tmp_path / "b.sqlite", PROVIDER)
+    lg.record_all([LeaseSettled(at, f"TX{i}", "lease-b", (Coin("upwr", near),), tenant=POOR) for i in range(12)])
+    meter_month(lg, MAR, utc(2026, 4, 2))
+    assert tenant_totals(lg, MAR) == {POOR: {"upwr": (0, 12 * near)}}
+    lg.close()
