@@ -1,0 +1,207 @@
+"""End to end: capture a sidecar run on the chain model, replay it through the same cores.
+
+The run (manual clock and dispatcher, the real actors, lease events through
+the real websocket listener on the devnet's websocket) holds a tenant whose
+credit runs out and whose leases are closed after the grace window, a close
+that fails once and is retried, a tenant whose credit reads fail in a
+streak, and a websocket drop that the listener rides out and reconciles.
+Replayed, every decision matches; with the error threshold changed from 3
+to 2 the replay reports a divergence at the second failed read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from datetime import timedelta
+
+import pytest
+
+from actors.listener import ListenerActor
+from actors.listener_settings import ListenerSettings
+from capture import CaptureReader, CaptureWriter
+from capture.settings import CaptureSettings
+from chain.model import BillingModel
+from chain.model_client import ModelChainClient
+from devnet.websocket_server import WebsocketServer
+from messages.chain import LeaseItem, NodeStatus
+from messages.chain_actor import CloseBatchAnswered
+from messages.coins import Coin
+from messages.credit import CreditReadFailed
+from messages.scheduler import Reconcile
+from replay.cli import run_replay
+from replay.engine import Divergence, Replayer, RunEnds
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import ManualDispatcher
+from sidecar.app import Sidecar
+from sidecar.config import load_config
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"  # [provider] uuid's default: the captured config names it
+OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+MS = timedelta(milliseconds=1)
+LISTENER = ListenerSettings(
+    ping_interval=100 * MS, ping_timeout=500 * MS, close_timeout=200 * MS, open_timeout=timedelta(seconds=3),
+    backoff_initial=20 * MS, backoff_max=100 * MS, stable_after=timedelta(0),
+)
+SETTINGS = {"withdraw_interval": "10m", "credit_check_interval": "2m"}
+
+
+def build_core(address, config):
+    """The cores the actors run, as ``actors.cores.build_core`` builds them for replay."""
+    from actors.chain_actor import ChainDecisions
+    from actors.schedule import SchedulerDecisions
+    from actors.tenant_credit import TenantCredit
+
+    if address == "scheduler":
+        return SchedulerDecisions(config.scheduler, config.provider.uuid)
+    if address == "chain":
+        return ChainDecisions(config.scheduler)
+    return TenantCredit(address[len("tenant/"):], config.scheduler)
+
+
+def item(price: int) -> list[LeaseItem]:
+    return [LeaseItem("sku-1", 1, Coin("umfx", price))]
+
+
+class Live:
+    """The sidecar on the model, captured, with lease events through the websocket listener."""
+
+    def __init__(self, directory: str) -> None:
+        self.clock = ManualClock(utc(2026, 3, 1))
+        self.config = load_config(overrides={"scheduler": SETTINGS})
+        self.model = BillingModel(self.clock)
+        self.model.register_provider(PROVIDER, "manifest1provider")
+        self.model.register_provider(OTHER, "manifest1other")
+        self.client = ModelChainClient(self.model, PROVIDER, "manifest1provider")
+        self.writer = CaptureWriter(
+            CaptureSettings(directory=directory), clock_now=self.clock.now, config=self.config
+        ).open()
+        self.dispatcher = ManualDispatcher(self.clock.now, tap=self.writer)
+        self.sidecar = Sidecar(
+            clock=self.clock, dispatcher=self.dispatcher, client=self.client,
+            settings=self.config.scheduler, provider_uuid=PROVIDER,
+        )
+        self.server = WebsocketServer(self.model, lambda: NodeStatus(1, self.clock.now(), False))
+        self.server.start()
+        self.listener = ListenerActor.start(self.dispatcher, self.sidecar.router, self.server.url, PROVIDER, LISTENER)
+        self.reconciles = 0
+
+    def settle_until(self, predicate, timeout: float = 10.0) -> None:
+        """Deliver mail until ``predicate()`` holds (the listener's thread delivers in its own time)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sidecar.settle()
+            if predicate():
+                return
+            assert time.monotonic() < deadline, "the listener's message never came"
+            time.sleep(0.005)
+
+    def connected(self, sessions: int) -> None:
+        stream = self.listener.actor_inbox.actor.stream
+        self.settle_until(lambda: stream.stats.subscribed_sessions >= sessions)
+
+    def run_for(self, seconds: float) -> None:
+        end = self.clock.now() + timedelta(seconds=seconds)
+        self.sidecar.settle()
+        while (nxt := self.clock.next_timer()) is not None and nxt <= end:
+            self.clock.advance_to(nxt)
+            self.sidecar.settle()
+        self.clock.advance_to(end)
+        self.sidecar.settle()
+
+    def close(self) -> list[str]:
+        self.listener.stop(block=False)  # delivered by the settle in sidecar.stop()
+        self.sidecar.stop()
+        self.server.stop()
+        self.writer.close()
+        return self.writer.paths
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    """One captured run, shared by the tests below (it takes a few seconds to make)."""
+    live = Live(str(tmp_path_factory.mktemp("capture")))
+    m, faults = live.model, live.client.faults
+    try:
+        live.connected(1)
+        m.fund_credit("manifest1healthy", [Coin("umfx", 10**9)])
+        m.create_lease("manifest1healthy", PROVIDER, item(2))
+        m.fund_credit("manifest1flaky", [Coin("umfx", 10**9)])
+        m.create_lease("manifest1flaky", PROVIDER, item(1))
+        m.fund_credit("manifest1drain", [Coin("umfx", 1_000)])
+        live.drain_lease = m.create_lease("manifest1drain", PROVIDER, item(1)).uuid
+        m.create_lease("manifest1drain", OTHER, item(100))  # uses the credit up, unsettled
+        live.sidecar.withdraw_once()
+        live.sidecar.start()
+        faults.fail_rate("credit_account", 1.0, only=frozenset({"manifest1flaky"}))
+        live.run_for(15)
+        assert live.server.drop_all() == 1  # the websocket drops; the listener reconnects and reconciles
+        live.connected(2)
+        faults.fail("close_leases", times=1)  # the first closure attempt fails
+        live.run_for(12 * 60)
+        faults.fail_rate("credit_account", 0.0)
+        live.run_for(5 * 60)
+    finally:
+        paths = live.close()
+    return paths, live
+
+
+def _records(paths):
+    return [e.record for e in CaptureReader(paths) if hasattr(e.record, "recipient")]
+
+
+def test_the_capture_holds_the_scenario(capture):
+    paths, live = capture
+    records = _records(paths)
+    failed_reads = [r for r in records if isinstance(r.message, CreditReadFailed)]
+    assert len(failed_reads) >= 4 and {r.recipient for r in failed_reads} == {"tenant/manifest1flaky"}
+    batches = [r.message for r in records if isinstance(r.message, CloseBatchAnswered)]
+    assert batches[0].error is not None and any(b.outcome and b.outcome.closed_count for b in batches[1:])
+    reconciles = [r for r in records if isinstance(r.message, Reconcile) and r.sender == "listener"]
+    assert len(reconciles) == 2
+    closed = live.model.lease(live.drain_lease)
+    assert closed.state == "CLOSED" and closed.closure_reason == "credit depleted"
+
+
+def test_replay_reproduces_every_decision(capture):
+    paths, _ = capture
+    events = list(Replayer(build_core).replay(CaptureReader(paths, file_parts=True)))
+    divergences = [e for e in events if isinstance(e, Divergence)]
+    assert divergences == []
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    assert end.clean_end and end.matched > 100 and end.inputs > 100
+
+
+def test_a_changed_error_threshold_diverges_at_the_second_failed_read(capture):
+    paths, _ = capture
+    replayer = Replayer(build_core, overrides={"scheduler": {"credit_check_error_threshold": 2}})
+    divergences = [e for e in replayer.replay(CaptureReader(paths, file_parts=True)) if isinstance(e, Divergence)]
+    second = [r.seq for r in _records(paths) if isinstance(r.message, CreditReadFailed)][1]
+    first = divergences[0]
+    assert (first.kind, first.address, first.input_seq, first.first_seq) == (
+        "changed", "tenant/manifest1flaky", second, second)
+    assert "recheck_at: None -> " in first.detail
+
+
+def _cli(paths, **extra):
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(logs=list(paths), until=None, tenant=None, step=False, json=False, skip_bad=False,
+                              set=[], with_config=None, timer_slack=None)
+    for k, v in extra.items():
+        setattr(args, k, v)
+    status = run_replay(args, None, stdout=out, stderr=err, build_core=build_core)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_two_replays_print_identical_bytes_and_the_timeline_tells_the_story(capture):
+    paths, _ = capture
+    first, second = _cli(paths), _cli(paths)
+    assert first == second
+    status, text, err = first
+    assert status == 0 and err == ""
+    for words in ("withdraw page", "depletes at", "failed credit reads in a row", "grace window",
+                  "close batch 1 of 1 lease(s) failed", "closing 1 lease(s)", "reconcile after listener"):
+        assert words in text, words
+    status, text, _ = _cli(paths, set=["scheduler.credit_check_error_threshold=2"])
+    assert status == 1 and "DIVERGENCE changed" in text
