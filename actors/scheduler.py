@@ -8,6 +8,9 @@ actor carries the effects out, and is the one that starts a
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, Callable
+
+import pykka
 
 from actors.credit_monitor import CreditMonitorActor
 from actors.effects import Effect, Retire, Spawn
@@ -30,16 +33,19 @@ class SchedulerActor(CoreActor):
         settings: SchedulerSettings,
         provider_uuid: str,
         billing_tick_interval: timedelta | None = None,
+        start_monitor: Callable[[str], pykka.ActorRef[Any]] | None = None,
     ) -> None:
         core = SchedulerDecisions(settings, provider_uuid, billing_tick_interval)
         super().__init__(dispatcher, SCHEDULER, core, router, clock, lifecycle=self._lifecycle)
         self.settings = settings
+        self._start_monitor = start_monitor or self._start_pooled_monitor
+
+    def _start_pooled_monitor(self, tenant: str) -> pykka.ActorRef[Any]:
+        return start_actor(self.router, CreditMonitorActor, self.dispatcher, self.router, self.clock, tenant, self.settings)
 
     def _lifecycle(self, effect: Effect) -> None:
         if isinstance(effect, Spawn):
-            ref = start_actor(
-                self.router, CreditMonitorActor, self.dispatcher, self.router, self.clock, effect.tenant, self.settings
-            )
+            ref = self._start_monitor(effect.tenant)
             for message in effect.first:
                 ref.tell(message)
         elif isinstance(effect, Retire):

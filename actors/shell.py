@@ -16,7 +16,7 @@ from runtime.clock import Clock, TimerHandle
 from runtime.dispatch import Dispatcher, PooledActor
 from runtime.router import Router
 
-__all__ = ["CoreActor", "decisions", "start_actor"]
+__all__ = ["CoreShell", "CoreActor", "decisions", "start_actor"]
 
 #: The decision lines: one readable line per decision (``python run.py`` prints them).
 decisions = logging.getLogger("leasewarden.decisions")
@@ -34,22 +34,15 @@ def start_actor(router: Router, actor_cls: type[PooledActor], *args: Any, **kwar
     return ref
 
 
-class CoreActor(PooledActor):
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        address: str,
-        core: Core,
-        router: Router,
-        clock: Clock,
-        lifecycle: Callable[[Effect], None] | None = None,
-    ) -> None:
-        super().__init__(dispatcher, address)
-        self.core = core
-        self.router = router
-        self.clock = clock
-        self._lifecycle = lifecycle
-        self._timers: list[TimerHandle] = []
+class CoreShell:
+    """The shell's behaviour, for any pykka actor class that has ``address``, ``core``, ``router``, ``clock``."""
+
+    address: str
+    core: Core
+    router: Router
+    clock: Clock
+    _lifecycle: Callable[[Effect], None] | None = None
+    _timers: list[TimerHandle]
 
     def on_receive(self, message: Any) -> Any:
         self.apply(self.core.handle(message, self.clock.now()))
@@ -72,5 +65,23 @@ class CoreActor(PooledActor):
     def on_stop(self) -> None:
         for t in self._timers:
             t.cancel()
-        if self.router.get(self.address) is self.actor_ref:
+        if self.router.get(self.address) is self.actor_ref:  # type: ignore[attr-defined]
             self.router.remove(self.address)
+
+
+class CoreActor(CoreShell, PooledActor):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        address: str,
+        core: Core,
+        router: Router,
+        clock: Clock,
+        lifecycle: Callable[[Effect], None] | None = None,
+    ) -> None:
+        PooledActor.__init__(self, dispatcher, address)
+        self.core = core
+        self.router = router
+        self.clock = clock
+        self._lifecycle = lifecycle
+        self._timers = []

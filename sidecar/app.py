@@ -99,6 +99,7 @@ class Sidecar:
         restored: Sequence[TenantSnapshot] = (),
         extra: Sequence[Callable[["Sidecar"], Any]] = (),
         on_stop: Sequence[Callable[[], None]] = (),
+        start_monitor: Callable[[str], Any] | None = None,
     ) -> None:
         self.clock = clock
         self.dispatcher = dispatcher
@@ -122,7 +123,15 @@ class Sidecar:
         )
         self.chain = start_actor(self.router, ChainActor, dispatcher, self.router, clock, settings)
         self.scheduler = start_actor(
-            self.router, SchedulerActor, dispatcher, self.router, clock, settings, provider_uuid, billing_tick_interval
+            self.router,
+            SchedulerActor,
+            dispatcher,
+            self.router,
+            clock,
+            settings,
+            provider_uuid,
+            billing_tick_interval,
+            start_monitor,
         )
         if restored:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))

@@ -1,0 +1,159 @@
+"""Each actor alone, its peers replaced by probes (manual clock and dispatcher)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.chain_actor import ChainActor
+from actors.chain_io import ChainIO, InlineExecutor
+from actors.credit_monitor import CreditMonitorActor
+from actors.scheduler import SchedulerActor
+from actors.shell import start_actor
+from chain.model import BillingModel
+from chain.model_client import ModelChainClient
+from messages.chain import ChainFailure, CreditAccount, Lease, NodeStatus, WithdrawPage
+from messages.chain_actor import (
+    ActiveLeasesCall,
+    CloseBatchAnswered,
+    CloseBatchCall,
+    CreditCall,
+    FlushClosures,
+    NodeStatusAnswered,
+    NodeStatusCall,
+    WithdrawPageAnswered,
+    WithdrawPageCall,
+    WithdrawRequested,
+)
+from messages.coins import Coin
+from messages.credit import CloseRequested, CreditRead, CreditReadFailed, LeasesClosed, LeasesSynced
+from messages.chain import CloseOutcome
+from messages.ledger import TenantStateChanged, WithdrawalRecorded
+from messages.scheduler import (
+    ActiveLeasesRead,
+    ClosuresFlushed,
+    RunCycle,
+    StartSchedule,
+    TenantChecked,
+
+    WithdrawFinished,
+)
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import ManualDispatcher
+from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, Router, tenant_address
+from tests.support import PROVIDER, PROVIDER_ADDRESS, item, probe, settings
+
+T0 = utc(2026, 3, 1)
+
+
+def setup():
+    clock = ManualClock(T0)
+    d = ManualDispatcher(clock.now)
+    return clock, d, Router()
+
+
+def test_chain_actor_pages_through_chain_io_and_reports_to_the_scheduler() -> None:
+    clock, d, router = setup()
+    io, sched, ledger = probe(router, d, CHAIN_IO), probe(router, d, SCHEDULER), probe(router, d, LEDGER)
+    chain = start_actor(router, ChainActor, d, router, clock, settings())
+    chain.tell(WithdrawRequested(1))
+    d.run_until_idle()
+    assert io.received == [WithdrawPageCall(1, 1, 1, b"")]
+    chain.tell(WithdrawPageAnswered(1, 1, 1, result=WithdrawPage("TX1", (Coin("umfx", 5),), 1, True, b"k")))
+    d.run_until_idle()
+    assert io.received[-1] == WithdrawPageCall(1, 2, 1, b"k")
+    chain.tell(WithdrawPageAnswered(1, 2, 1, result=WithdrawPage("TX2", (Coin("umfx", 7),), 1, False, b"")))
+    d.run_until_idle()
+    (done,) = sched.received
+    assert isinstance(done, WithdrawFinished) and done.total_amounts == (Coin("umfx", 12),) and done.pages == 2
+    assert [m.tx_hash for m in ledger.received if isinstance(m, WithdrawalRecorded)] == ["TX1", "TX2"]
+
+
+def test_chain_actor_coalesces_the_closures_of_a_check_into_one_batch() -> None:
+    clock, d, router = setup()
+    io, sched = probe(router, d, CHAIN_IO), probe(router, d, SCHEDULER)
+    t1, t2 = probe(router, d, tenant_address("t1")), probe(router, d, tenant_address("t2"))
+    probe(router, d, LEDGER)
+    chain = start_actor(router, ChainActor, d, router, clock, settings())
+    chain.tell(CloseRequested(3, "t1", ("a", "b"), "credit depleted"))
+    chain.tell(CloseRequested(3, "t2", ("c",), "credit depleted"))
+    chain.tell(FlushClosures(3))
+    d.run_until_idle()
+    assert io.received == [NodeStatusCall(1)]
+    chain.tell(NodeStatusAnswered(1, NodeStatus(9, T0, False)))
+    d.run_until_idle()
+    assert io.received[-1] == CloseBatchCall(1, 1, ("a", "b", "c"), "credit depleted")
+    chain.tell(CloseBatchAnswered(1, 1, ("a", "b", "c"), outcome=CloseOutcome(3, ("TX",))))
+    d.run_until_idle()
+    assert t1.received == [LeasesClosed("t1", ("a", "b"), "credit depleted", ("TX",))]
+    assert t2.received == [LeasesClosed("t2", ("c",), "credit depleted", ("TX",))]
+    assert sched.received == [ClosuresFlushed(3, closed=("a", "b", "c"), tx_hashes=("TX",))]
+
+
+def test_credit_monitor_answers_the_scheduler_and_persists_its_state() -> None:
+    clock, d, router = setup()
+    sched, ledger, chain = probe(router, d, SCHEDULER), probe(router, d, LEDGER), probe(router, d, CHAIN)
+    mon = start_actor(router, CreditMonitorActor, d, router, clock, "t1", settings())
+    mon.tell(LeasesSynced((Lease("l1", "t1", PROVIDER, (item(1),)),)))
+    mon.tell(CreditRead(1, CreditAccount("t1", (Coin("umfx", 100),))))
+    d.run_until_idle()
+    (verdict,) = sched.received
+    assert isinstance(verdict, TenantChecked) and verdict.tenant == "t1" and verdict.cycle == 1
+    assert any(isinstance(m, TenantStateChanged) for m in ledger.received)
+    for n in range(3):
+        mon.tell(CreditReadFailed(2 + n, ChainFailure("x", "down")))
+    d.run_until_idle()
+    assert sched.received[-1].recheck_at == T0 + settings().credit_check_retry_interval
+    assert chain.received == []  # never a closure on failed reads
+
+
+def test_chain_io_answers_each_call_to_the_right_actor() -> None:
+    clock, d, router = setup()
+    model = BillingModel(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    model.fund_credit("t1", [Coin("umfx", 50)])
+    model.create_lease("t1", PROVIDER, [item(1)])
+    client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
+    tenant, sched, chain = probe(router, d, tenant_address("t1")), probe(router, d, SCHEDULER), probe(router, d, CHAIN)
+    io = start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
+    io.tell(CreditCall(4, "t1"))
+    io.tell(ActiveLeasesCall(4, SCHEDULER))
+    io.tell(WithdrawPageCall(4, 1, 1, b""))
+    d.run_until_idle()
+    (read,) = tenant.received
+    assert isinstance(read, CreditRead) and read.account.balances == (Coin("umfx", 50),) and read.estimate is not None
+    (leases,) = sched.received
+    assert isinstance(leases, ActiveLeasesRead) and len(leases.leases) == 1
+    (page,) = chain.received
+    assert isinstance(page, WithdrawPageAnswered) and page.result is not None and page.error is None
+    client.faults.fail("credit_account")
+    io.tell(CreditCall(5, "t1"))
+    d.run_until_idle()
+    assert isinstance(tenant.received[-1], CreditReadFailed) and tenant.received[-1].error.transient
+
+
+def test_scheduler_actor_spawns_monitors_and_sets_its_wake_timer() -> None:
+    clock, d, router = setup()
+    chain, io = probe(router, d, CHAIN), probe(router, d, CHAIN_IO)
+    probe(router, d, LEDGER)
+    sched = start_actor(router, SchedulerActor, d, router, clock, settings(), PROVIDER)
+    sched.tell(StartSchedule())
+    sched.tell(RunCycle())
+    d.run_until_idle()
+    assert chain.received == [WithdrawRequested(1)]
+    sched.tell(WithdrawFinished(1, 1, (), 0, ()))
+    d.run_until_idle()
+    assert io.received == [ActiveLeasesCall(1, SCHEDULER)]
+    sched.tell(ActiveLeasesRead(1, (Lease("l1", "t1", PROVIDER, (item(1),)),)))
+    d.run_until_idle()
+    assert router.get(tenant_address("t1")) is not None  # a real monitor, started by the scheduler
+    assert io.received[-1] == CreditCall(1, "t1")
+    router.tell(tenant_address("t1"), CreditRead(1, CreditAccount("t1", (Coin("umfx", 10**6),))))
+    d.run_until_idle()
+    assert sched.actor_inbox.actor.core.cycle is None  # type: ignore[attr-defined]
+    # the wake timer fires through the clock as a Wake message
+    clock.advance(timedelta(hours=1))
+    d.run_until_idle()
+    assert chain.received[-1] == WithdrawRequested(2)
+    sched.stop(block=False)
+    d.run_until_idle()
+    assert router.get(tenant_address("t1")) is None  # the monitors go with the scheduler
