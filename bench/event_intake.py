@@ -287,6 +287,8 @@ def main() -> int:
     print(f"{'offered/s':>10} {'emitted/s':>10} {'delivered/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
           "  sustained")
     sustained_best = 0.0
+    #: the highest offered rate that was kept up with
+    sustained_offered = 0
     backlogged = 0
     for rate in RAMP:
         if backlogged >= 2 or mono() + STEP_SECONDS + DRAIN_GRACE > _deadline:
@@ -307,6 +309,7 @@ def main() -> int:
         ok = drained and sink.count - count_before == lease_events
         if ok:
             sustained_best = max(sustained_best, delivered_rate)
+            sustained_offered = max(sustained_offered, rate)
         else:
             backlogged += 1
         worst = max(delays, default=float("nan"))
@@ -350,9 +353,11 @@ def main() -> int:
     print(f"  listener counters: {stats.tx_frames:,} tx frames, {stats.events_delivered:,} events delivered, "
           f"{stats.duplicates:,} duplicates dropped, {stats.malformed_frames} malformed, "
           f"{stats.subscribed_sessions} session(s)")
-    print(f"\nsustained (ramp, no backlog): {sustained_best:,.0f} lease events/s; "
-          f"flood median {flood_median:,.0f}/s; target >= {TARGET:,}/s: "
-          f"{'met' if max(sustained_best, flood_median) >= TARGET else 'NOT met'}")
+    # The verdict is the ramp's: a rate counts only if it was kept up with, backlog-free.
+    print(f"\nsustained (ramp, no backlog): {sustained_best:,.0f} lease events/s at {sustained_offered:,}/s offered "
+          f"(flood median {flood_median:,.0f}/s); target >= {TARGET:,}/s: "
+          f"{'met' if sustained_offered >= TARGET else 'NOT met'}"
+          f"{'' if os.getloadavg()[0] < 1.5 else f' (load average {os.getloadavg()[0]:.1f}: the machine is busy)'}")
     return 0
 
 
