@@ -28,6 +28,7 @@ from messages.chain_actor import (
     CloseBatchAnswered,
     CloseBatchCall,
     CreditCall,
+    CreditReadsCall,
     LeaseCheckAnswered,
     LeaseCheckCall,
     NodeStatusAnswered,
@@ -93,10 +94,18 @@ class ChainIO(PooledActor):
         }
 
     def on_receive(self, message: Any) -> None:
+        if isinstance(message, CreditReadsCall):
+            # One read per tenant, each its own call on the bounded pool.
+            for tenant in message.tenants:
+                self._submit(self.reads, self._credit, CreditCall(message.cycle, tenant))
+            return
         try:
             executor, handler = self._handlers[type(message)]
         except KeyError:
             raise TypeError(f"chain-io cannot handle {type(message).__name__}") from None
+        self._submit(executor, handler, message)
+
+    def _submit(self, executor: Executor, handler: Callable[[Any], tuple[str, Any]], message: Any) -> None:
         _, cause = current_sender()
         with self._idle:
             self._in_flight += 1

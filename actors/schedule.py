@@ -24,13 +24,14 @@ retires it when the last lease is gone.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from actors.effects import Effect, Note, Retire, Send, Spawn
 from messages.chain import Lease
-from messages.chain_actor import ActiveLeasesCall, CreditCall, FlushClosures, WithdrawRequested
+from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesObserved
@@ -272,28 +273,28 @@ class SchedulerDecisions:
         assert c is not None
         c.phase = "checking"
         c.waiting = set(tenants)
-        out: list[Effect] = [Send(CHAIN_IO, CreditCall(c.id, tenant)) for tenant in tenants]
         if not c.waiting:
-            out += self._end_check(now)
-        return out
+            return self._end_check(now)
+        return [Send(CHAIN_IO, CreditReadsCall(c.id, tuple(sorted(tenants))))]
 
     def _sync(self, leases: Iterable[Lease], now: datetime) -> list[Effect]:
         """Make the tenant monitors match the chain's active leases."""
-        groups: dict[str, list[Lease]] = {}
+        groups: defaultdict[str, list[Lease]] = defaultdict(list)
         for lease in leases:
-            groups.setdefault(lease.tenant, []).append(lease)
+            groups[lease.tenant].append(lease)
         out: list[Effect] = []
         new_leases: list[Lease] = []
         started = retired = 0
+        tenants = self.tenants
         for tenant, tenant_leases in groups.items():
-            uuids = frozenset(lease.uuid for lease in tenant_leases)
-            entry = self.tenants.get(tenant)
+            uuids = frozenset([lease.uuid for lease in tenant_leases])
+            entry = tenants.get(tenant)
             if entry is None:
                 self.tenants[tenant] = TenantEntry(uuids, synced=True)
                 out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
                 new_leases += tenant_leases
                 started += 1
-            elif entry.leases != uuids or not entry.synced:
+            elif not entry.synced or entry.leases != uuids:
                 new_leases += [lease for lease in tenant_leases if lease.uuid not in entry.leases]
                 entry.leases, entry.synced = uuids, True
                 out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases))))

@@ -20,7 +20,7 @@ do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from actors.depletion import Estimate, burn_estimate, chain_estimate, earliest
@@ -48,7 +48,14 @@ __all__ = ["TenantCredit"]
 
 
 def _when(t: datetime | None) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    return t.isoformat(" ", "seconds")[:19] if t else "-"
+
+
+def _moved(before: datetime | None, after: datetime | None, tolerance: timedelta) -> bool:
+    """Did an estimate change by more than ``tolerance`` (or appear, or vanish)?"""
+    if before is None or after is None:
+        return before is not after
+    return abs(after - before) > tolerance
 
 
 class TenantCredit:
@@ -68,6 +75,8 @@ class TenantCredit:
         #: leases asked to be closed and not yet answered for
         self.closing: tuple[str, ...] = ()
         self._saved: TenantSnapshot | None = None
+        self._saved_key: tuple[Any, ...] | None = None
+        self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
 
     # -- snapshot ---------------------------------------------------------------
     def snapshot(self) -> TenantSnapshot:
@@ -86,6 +95,7 @@ class TenantCredit:
     def _restore(self, s: TenantSnapshot) -> None:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
+        self._charged = None
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
         self.last_sample_at = s.last_sample_at
         self.consecutive_errs = s.consecutive_errs
@@ -107,9 +117,11 @@ class TenantCredit:
             self._on_read_failed(message, now, out)
         elif isinstance(message, LeasesSynced):
             self.leases = {lease.uuid: lease for lease in message.leases}
+            self._charged = None
             self.closing = tuple(u for u in self.closing if u in self.leases)
         elif isinstance(message, LeaseOpened):
             self.leases[message.lease.uuid] = message.lease
+            self._charged = None
             out.append(Note(f"tenant {self.tenant}: new lease {message.lease.uuid}", self.tenant))
         elif isinstance(message, LeaseGone):
             self._drop((message.lease_uuid,))
@@ -135,6 +147,7 @@ class TenantCredit:
         return out
 
     def _drop(self, lease_uuids: tuple[str, ...]) -> None:
+        self._charged = None
         for u in lease_uuids:
             self.leases.pop(u, None)
         self.closing = tuple(u for u in self.closing if u not in lease_uuids)
@@ -146,9 +159,22 @@ class TenantCredit:
         this tenant's state, so the ledger can never see a stale snapshot
         arrive after the tenant was dropped.
         """
-        snap = self.snapshot()
-        if snap == self._saved:
+        # Compare the raw fields first: building a snapshot for every read of
+        # every tenant costs more than the decision itself.
+        key = (
+            tuple(self.leases),
+            self.last_balances,
+            self.last_sample_at,
+            self.consecutive_errs,
+            self.zero_since,
+            self.depletion_at,
+            self.recheck_at,
+            self.closing,
+        )
+        if key == self._saved_key:
             return
+        self._saved_key = key
+        snap = self.snapshot()
         self._saved = snap
         if self.leases:
             out.append(Send(LEDGER, TenantStateChanged(snap)))
@@ -156,11 +182,13 @@ class TenantCredit:
             out.append(Send(LEDGER, TenantForgotten(self.tenant)))
 
     def _charged_denoms(self) -> set[str]:
-        denoms: set[str] = set()
-        for lease in self.leases.values():
-            if lease is not None:
-                denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
-        return denoms
+        if self._charged is None:
+            denoms: set[str] = set()
+            for lease in self.leases.values():
+                if lease is not None:
+                    denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
+            self._charged = denoms
+        return self._charged
 
     def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> str:
         """Why the credit is gone ("" while it is not).
@@ -256,7 +284,13 @@ class TenantCredit:
                     # baseline so the next burn spans the whole interval.
                     self.last_balances, self.last_sample_at = balances, now
                 prefix = ""
-            self.depletion_at = estimate.at if estimate else None
+            new_at = estimate.at if estimate else None
+            if not prefix and not _moved(self.depletion_at, new_at, s.depletion_check_buffer):
+                # Nothing an operator needs to read again; the estimate the
+                # wakes are planned on stays the one already logged.
+                self._verdict(message.cycle, out, "")
+                return
+            self.depletion_at = new_at
             if estimate is None:
                 text = f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, no burn seen yet"
             else:

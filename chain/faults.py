@@ -71,7 +71,7 @@ class Faults:
             self._rule(operation).latency = seconds
 
     def stale(self, operation: str, on: bool = True) -> None:
-        """``operation`` answers what it answered last time for the same arguments."""
+        """From now on ``operation`` answers what it answered at its first call after this, for the same arguments."""
         with self._lock:
             self._rule(operation).stale = on
 

@@ -34,6 +34,7 @@ class ModelChainClient:
         self.sender = sender
         self.faults = faults or Faults()
         self.withdraw_limit = withdraw_limit
+        #: answers frozen while a stale fault is on
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
@@ -42,12 +43,14 @@ class ModelChainClient:
         with self._lock:
             self.calls[operation] = self.calls.get(operation, 0) + 1
         stale = self.faults.before(operation, subject if isinstance(subject, str) else "")
+        if not stale:
+            self._last.clear()
+            return fn()
+        # Stale: the first answer after staleness began, again and again.
         key = (operation, subject)
-        if stale and key in self._last:
-            return self._last[key]
-        value = fn()
-        self._last[key] = value
-        return value
+        if key not in self._last:
+            self._last[key] = fn()
+        return self._last[key]
 
     def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]:
         return self._call(

@@ -22,6 +22,7 @@ __all__ = [
     "WithdrawPageAnswered",
     "ActiveLeasesCall",
     "CreditCall",
+    "CreditReadsCall",
     "NodeStatusCall",
     "NodeStatusAnswered",
     "CloseBatchCall",
@@ -93,6 +94,18 @@ class CreditCall:
 
     cycle: int
     tenant: str
+
+
+@message("credit_reads_call")
+@dataclass(frozen=True, slots=True)
+class CreditReadsCall:
+    """Read the credit of every tenant listed: one message per cycle, not one per tenant.
+
+    Each tenant's actor gets its own ``CreditRead`` or ``CreditReadFailed``.
+    """
+
+    cycle: int
+    tenants: tuple[str, ...]
 
 
 @message("node_status_call")

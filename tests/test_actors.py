@@ -17,6 +17,7 @@ from messages.chain_actor import (
     CloseBatchAnswered,
     CloseBatchCall,
     CreditCall,
+    CreditReadsCall,
     FlushClosures,
     NodeStatusAnswered,
     NodeStatusCall,
@@ -115,7 +116,7 @@ def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
     tenant, sched, chain = probe(router, d, tenant_address("t1")), probe(router, d, SCHEDULER), probe(router, d, CHAIN)
     io = start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
-    io.tell(CreditCall(4, "t1"))
+    io.tell(CreditReadsCall(4, ("t1",)))
     io.tell(ActiveLeasesCall(4, SCHEDULER))
     io.tell(WithdrawPageCall(4, 1, 1, b""))
     d.run_until_idle()
@@ -146,7 +147,7 @@ def test_scheduler_actor_spawns_monitors_and_sets_its_wake_timer() -> None:
     sched.tell(ActiveLeasesRead(1, (Lease("l1", "t1", PROVIDER, (item(1),)),)))
     d.run_until_idle()
     assert router.get(tenant_address("t1")) is not None  # a real monitor, started by the scheduler
-    assert io.received[-1] == CreditCall(1, "t1")
+    assert io.received[-1] == CreditReadsCall(1, ("t1",))
     router.tell(tenant_address("t1"), CreditRead(1, CreditAccount("t1", (Coin("umfx", 10**6),))))
     d.run_until_idle()
     assert sched.actor_inbox.actor.core.cycle is None  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from datetime import timedelta
 from actors.effects import Note, Retire, Send, Spawn
 from actors.schedule import SchedulerDecisions, next_wake
 from messages.chain import Lease
-from messages.chain_actor import ActiveLeasesCall, CreditCall, FlushClosures, WithdrawRequested
+from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced
 from messages.lease_events import LeaseEvent
 from messages.scheduler import (
@@ -46,9 +46,10 @@ def run_cycle(core: SchedulerDecisions, now, leases, verdicts=None) -> list:
     if c.withdraw:
         out += core.handle(WithdrawFinished(c.id, 1, (), 0, ()), now)
     out += core.handle(ActiveLeasesRead(c.id, tuple(leases)), now)
-    for call in msgs(out, CreditCall):
-        v = (verdicts or {}).get(call.message.tenant, {})
-        out += core.handle(TenantChecked(c.id, call.message.tenant, **v), now)
+    for call in msgs(out, CreditReadsCall):
+        for tenant in call.message.tenants:
+            v = (verdicts or {}).get(tenant, {})
+            out += core.handle(TenantChecked(c.id, tenant, **v), now)
     return out
 
 
@@ -113,7 +114,7 @@ def test_depletion_wake_withdraws_and_recheck_wake_reads_only_the_tenants_due() 
     assert (wake.at, wake.message.reason) == (T0 + timedelta(seconds=30), "recheck")
     out = core.handle(wake.message, wake.at)
     assert not msgs(out, WithdrawRequested) and not msgs(out, ActiveLeasesCall)
-    assert [c.message.tenant for c in msgs(out, CreditCall)] == ["t2"]
+    assert [c.message.tenants for c in msgs(out, CreditReadsCall)] == [("t2",)]
     out = core.handle(TenantChecked(core.cycle.id, "t2"), wake.at)
     (wake,) = msgs(out, Wake)
     assert (wake.at, wake.message.reason) == (T0 + timedelta(minutes=5, seconds=-10), "depletion")

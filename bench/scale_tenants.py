@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Scale: 10,000 tenant actors and 50,000 leases on the chain model.
+
+Measures, for leasewarden's pooled actors and for a thread-per-actor
+baseline (pykka ``ThreadingActor``, one thread per tenant) in the same run:
+
+- start: starting every tenant's ``CreditMonitorActor`` (the scheduler
+  spawning them from one read of the chain's active leases) until each has
+  handled its first message;
+- cycle: one full check cycle (read leases, sample every tenant's credit,
+  decide, batch the closures of the 1% of tenants whose grace window is
+  over, close them on the model), median of several;
+- RSS: the process's peak resident memory, model included.
+
+Each mode runs in its own subprocess so their memory does not mix. Targets
+(issue 2): start <= 1 s, cycle <= 1 s, RSS < 150 MB, with every tenant a
+pykka actor with its own mailbox handling one message at a time.
+
+    python bench/scale_tenants.py [--tenants 10000] [--leases-per-tenant 5] [--cycles 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pykka  # noqa: E402
+
+from actors.chain_io import InlineExecutor  # noqa: E402
+from actors.shell import CoreShell  # noqa: E402
+from actors.tenant_credit import TenantCredit  # noqa: E402
+from chain.model import BillingModel  # noqa: E402
+from chain.model_client import ModelChainClient  # noqa: E402
+from messages.chain import LeaseItem  # noqa: E402
+from messages.coins import Coin  # noqa: E402
+from runtime.clock import ManualClock, utc  # noqa: E402
+from runtime.dispatch import ThreadedDispatcher  # noqa: E402
+from runtime.router import Router, tenant_address  # noqa: E402
+from sidecar.app import Sidecar  # noqa: E402
+from sidecar.config import load_config  # noqa: E402
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+
+
+class ThreadPerTenantMonitor(CoreShell, pykka.ThreadingActor):
+    """The baseline: the same core and shell, but pykka's thread-per-actor runtime."""
+
+    def __init__(self, router: Router, clock: Any, tenant: str, settings: Any) -> None:
+        pykka.ThreadingActor.__init__(self)
+        self.address = tenant_address(tenant)
+        self.core = TenantCredit(tenant, settings)
+        self.router = router
+        self.clock = clock
+        self._timers = []
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]:
+    clock = ManualClock(utc(2026, 3, 1))
+    model = BillingModel(clock)
+    model.register_provider(PROVIDER, "manifest1provider")
+    model.register_provider(OTHER, "manifest1other")
+    item = [LeaseItem("sku", 1, Coin("umfx", 1))]
+    exhausted = set(range(0, tenants, 100))  # 1%: credit used up by another provider
+    for i in range(tenants):
+        t = f"manifest1tenant{i:06d}"
+        model.fund_credit(t, [Coin("umfx", 10**12 if i not in exhausted else 10)])
+        for _ in range(per_tenant):
+            model.create_lease(t, PROVIDER, item)
+        if i in exhausted:
+            model.create_lease(t, OTHER, [LeaseItem("sku", 1, Coin("umfx", 10**6))])
+    model_rss = rss_mb()
+    settings = load_config(
+        overrides={"scheduler": {"credit_check_zero_grace_period": "0s", "cycle_timeout": "1h"}}
+    ).scheduler
+    client = ModelChainClient(model, PROVIDER, "manifest1provider", withdraw_limit=100)
+    dispatcher = ThreadedDispatcher(clock.now, workers=2)
+    router_holder: dict[str, Router] = {}
+
+    def start_threaded(tenant: str) -> Any:
+        router = router_holder["router"]
+        ref = ThreadPerTenantMonitor.start(router, clock, tenant, settings)
+        router.add(tenant_address(tenant), ref)
+        return ref
+
+    sidecar = Sidecar(
+        clock=clock,
+        dispatcher=dispatcher,
+        client=client,
+        settings=settings,
+        provider_uuid=PROVIDER,
+        start_monitor=start_threaded if mode == "threaded" else None,
+        # The chain is in this process: a read never waits on I/O, so there is
+        # nothing for a thread pool to overlap (bench/credit_check.py measures
+        # the pool against a chain with latency).
+        reads=InlineExecutor(),
+    )
+    router_holder["router"] = sidecar.router
+    clock.advance(timedelta(seconds=5))  # the other provider's accrual uses up the 1%
+
+    # start: the first (check-only) cycle spawns every monitor; time until all exist and answered
+    t0 = time.perf_counter()
+    sidecar.reconcile("bench")
+    assert sidecar.wait_cycles_after(0, timeout=600)
+    first_cycle = time.perf_counter() - t0
+
+    # spawn alone: time to start N monitors and have each handle one message
+    core = sidecar.scheduler_core
+    spawn_started = time.perf_counter()
+    from messages.credit import LeasesSynced
+
+    extra_router = sidecar.router
+    refs = []
+    for i in range(tenants):
+        tenant = f"manifest1spawn{i:06d}"
+        if mode == "threaded":
+            ref = start_threaded(tenant)
+        else:
+            ref = sidecar.scheduler.actor_inbox.actor._start_monitor(tenant)  # type: ignore[attr-defined]
+        refs.append(ref)
+    futures = [r.ask(LeasesSynced(()), block=False) for r in refs]
+    for f in futures:
+        f.get(timeout=600)
+    start_seconds = time.perf_counter() - spawn_started
+    for r in refs:
+        extra_router.remove(r.actor_inbox.actor.address if mode == "pooled" else "")  # type: ignore[attr-defined]
+        r.stop(block=False)
+
+    times = []
+    closed_total = 0
+    for _ in range(cycles):
+        before = core._cycles
+        closes_before = client.calls.get("close_leases", 0)
+        clock.advance(timedelta(seconds=1))
+        t = time.perf_counter()
+        sidecar.reconcile("bench")
+        assert sidecar.wait_cycles_after(before, timeout=600)
+        times.append(time.perf_counter() - t)
+        closed_total += client.calls.get("close_leases", 0) - closes_before
+    closed_leases = sum(1 for lease in model.all_leases() if lease.closure_reason == settings.closure_reason)
+    result = {
+        "mode": mode,
+        "tenants": tenants,
+        "leases": tenants * per_tenant,
+        "start_s": round(start_seconds, 3),
+        "first_cycle_s": round(first_cycle, 3),
+        "cycle_median_s": round(statistics.median(times), 3),
+        "cycle_times_s": [round(x, 3) for x in times],
+        "close_batches": closed_total,
+        "leases_closed_by_us": closed_leases,
+        "rss_mb": round(rss_mb(), 1),
+        "rss_model_mb": round(model_rss, 1),
+        "threads": __import__("threading").active_count(),
+    }
+    sidecar.stop(timeout=60)
+    dispatcher.shutdown()
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tenants", type=int, default=10_000)
+    p.add_argument("--leases-per-tenant", type=int, default=5)
+    p.add_argument("--cycles", type=int, default=5)
+    p.add_argument("--mode", choices=("pooled", "threaded"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.mode:
+        print(json.dumps(run(args.mode, args.tenants, args.leases_per_tenant, args.cycles)))
+        return 0
+    results = {}
+    for mode in ("pooled", "threaded"):
+        out = subprocess.run(
+            [sys.executable, __file__, "--mode", mode, "--tenants", str(args.tenants),
+             "--leases-per-tenant", str(args.leases_per_tenant), "--cycles", str(args.cycles)],
+            capture_output=True, text=True, timeout=1800,
+        )
+        if out.returncode != 0:
+            print(out.stderr, file=sys.stderr)
+            return 1
+        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    pooled, threaded = results["pooled"], results["threaded"]
+    print(f"{args.tenants} tenants, {args.tenants * args.leases_per_tenant} leases, 1% closable, on the chain model")
+    print(f"{'':28}{'pooled':>12}{'thread/actor':>14}{'ratio':>9}")
+    for key, label in (
+        ("start_s", "start N monitors (s)"),
+        ("first_cycle_s", "first cycle, spawning (s)"),
+        ("cycle_median_s", "check cycle, median (s)"),
+        ("rss_mb", "peak RSS, model incl. (MB)"),
+    ):
+        a, b = pooled[key], threaded[key]
+        ratio = f"{b / a:.1f}x" if a else "-"
+        print(f"{label:28}{a:>12}{b:>14}{ratio:>9}")
+    print(f"{'RSS of the model alone (MB)':28}{pooled['rss_model_mb']:>12}{threaded['rss_model_mb']:>14}")
+    print(f"{'threads':28}{pooled['threads']:>12}{threaded['threads']:>14}")
+    print(f"cycle times pooled: {pooled['cycle_times_s']}; thread-per-actor: {threaded['cycle_times_s']}")
+    print(f"leases closed by us over the cycles: pooled {pooled['leases_closed_by_us']}, "
+          f"thread-per-actor {threaded['leases_closed_by_us']}")
+    ok = pooled["start_s"] <= 1 and pooled["cycle_median_s"] <= 1 and pooled["rss_mb"] < 150
+    print("targets (start <= 1 s, cycle <= 1 s, RSS < 150 MB):", "met" if ok else "NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
