@@ -3,7 +3,7 @@
 - ``capture.writer.CaptureWriter``: the dispatcher's delivery tap;
 - ``capture.reader.CaptureReader``: records back, in order, or errors naming file and offset;
 - ``capture.format``: the file format (framing, record kinds);
-- ``capture.wire``: a fast, byte-compatible path to ``messages.codec``;
+- ``capture.wire``: how messages are written (flat msgpack with a per-file type table);
 - ``capture.settings``: the ``[capture]`` config section.
 """
 

@@ -17,15 +17,21 @@ frame.
 
 Record bodies (the first element says which):
 
-- ``[0, seq, at, sender, recipient, cause, message]``: one delivery;
+- ``[0, [[seq, at, sender, recipient, cause, message], ...]]``: deliveries,
+  in the order they were tapped (one frame holds a batch of them; with the
+  ``record`` flush policy, one each);
 - ``[1, {...}]``: the start of a run: version, start time, clock, the
   effective configuration (secrets left out). First record of every run;
 - ``[2, {...}]``: a file header: which run, which part, when it was opened.
   First record of every file, so each file says where it belongs;
 - ``[3, {...}]``: a clean end of a run (records written, time);
-- ``[4, seq, at, sender, recipient, cause, type_name]``: a delivery whose
-  message could not be encoded (not a registered message type); replay
-  knows an input is missing rather than silently skipping it.
+- ``[5, [[index, name, version, [field, ...]], ...]]``: message types, declared
+  before the first record that uses them in this file (``capture.wire``).
+
+Messages inside deliveries are written as ``capture.wire`` describes: flat
+arrays referring to the file's type table. A message that is not a
+registered type is written as its Python type name (``OpaqueDelivery``), so
+replay knows an input is missing rather than silently skipping it.
 """
 
 from __future__ import annotations
@@ -50,11 +56,11 @@ __all__ = [
     "RunEnd",
     "DeliveryRecord",
     "OpaqueDelivery",
-    "KIND_DELIVERY",
+    "KIND_DELIVERIES",
     "KIND_RUN_START",
     "KIND_FILE_PART",
     "KIND_RUN_END",
-    "KIND_OPAQUE",
+    "KIND_TYPES",
 ]
 
 FILE_MAGIC = b"LWCAP\r\n\x1a"
@@ -66,11 +72,11 @@ FRAME_MARK = b"\xc1\xa7"  # 0xc1 is never used by msgpack, so a body rarely hold
 FRAME_HEADER = struct.Struct(">2sII")
 FILE_SUFFIX = ".lwcap"
 
-KIND_DELIVERY = 0
+KIND_DELIVERIES = 0
 KIND_RUN_START = 1
 KIND_FILE_PART = 2
 KIND_RUN_END = 3
-KIND_OPAQUE = 4
+KIND_TYPES = 5
 
 
 def frame_crc(length: int, body: bytes | memoryview) -> int:

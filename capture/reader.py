@@ -4,7 +4,9 @@
 ``*.lwcap`` files), orders the files by run and part (each file's first
 record says which run and which part it is, so renamed or shuffled files
 still read in order) and yields an ``Entry(path, offset, record)`` per
-record: ``RunStart``, ``DeliveryRecord``, ``OpaqueDelivery``, ``RunEnd``.
+record: ``RunStart``, ``DeliveryRecord``, ``OpaqueDelivery``, ``RunEnd`` (and, when asked,
+each file's ``FilePart``). A frame holding a batch of deliveries yields one
+entry per delivery, each with its index in the frame.
 
 Bad data raises one of ``capture.errors`` naming the file and the byte
 offset: a file that is not a capture or has a newer format, a truncated
@@ -43,11 +45,11 @@ from capture.format import (
     FORMAT_VERSION,
     FRAME_HEADER,
     FRAME_MARK,
-    KIND_DELIVERY,
+    KIND_DELIVERIES,
     KIND_FILE_PART,
-    KIND_OPAQUE,
     KIND_RUN_END,
     KIND_RUN_START,
+    KIND_TYPES,
     DeliveryRecord,
     FilePart,
     OpaqueDelivery,
@@ -55,7 +57,7 @@ from capture.format import (
     RunStart,
     frame_crc,
 )
-from capture.wire import WireDecoder
+from capture.wire import CaptureDecoder, OpaqueMessage, contains_bad
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
 
 __all__ = ["Entry", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
@@ -68,17 +70,21 @@ _unpack_header = FRAME_HEADER.unpack_from
 
 
 class Entry:
-    """One record and where it was read: ``path``, byte ``offset`` of its frame."""
+    """One record and where it was read: ``path``, byte ``offset`` of its frame, and
+    ``index`` within the frame when the frame holds several (else -1)."""
 
-    __slots__ = ("path", "offset", "record")
+    __slots__ = ("path", "offset", "record", "index")
 
-    def __init__(self, path: str, offset: int, record: Any) -> None:
+    def __init__(self, path: str, offset: int, record: Any, index: int = -1) -> None:
         self.path = path
         self.offset = offset
         self.record = record
+        self.index = index
 
     def where(self) -> str:
-        return f"{self.path}:{self.offset}"
+        if self.index < 0:
+            return f"{self.path}:{self.offset}"
+        return f"{self.path}:{self.offset}[{self.index}]"
 
     def __repr__(self) -> str:
         return f"Entry({self.path}:{self.offset}, {self.record!r})"
@@ -143,46 +149,81 @@ def capture_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
+def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> CaptureError:
+    if isinstance(exc, UnknownMessageType):
+        return UnknownTypeInCapture(path, offset, f"{where}{exc}")
+    if isinstance(exc, NewerSchemaVersion):
+        return NewerSchemaInCapture(path, offset, f"{where}{exc}")
+    return CorruptRecord(path, offset, f"{where}malformed record body: {exc}")
+
+
 class _Decoding:
-    """Turns a frame body into a record, mapping every decode failure to a capture error."""
+    """Turns a frame body into records, mapping every decode failure to a capture error."""
 
     def __init__(self) -> None:
-        self.decoder = WireDecoder()
+        self.decoder = CaptureDecoder()
 
-    def record(self, path: str, offset: int, body: bytes) -> Any:
+    def new_file(self) -> None:
+        self.decoder.reset()
+
+    def frame(self, path: str, offset: int, body: bytes) -> list[Any]:
+        """The records of one frame, in order; a record that cannot be read is its ``CaptureError``.
+
+        Raises ``CaptureError`` when the frame as a whole cannot be read.
+        """
+        decoder = self.decoder
         try:
-            value = self.decoder.decode(body)
-        except UnknownMessageType as exc:
-            raise UnknownTypeInCapture(path, offset, str(exc)) from None
-        except NewerSchemaVersion as exc:
-            raise NewerSchemaInCapture(path, offset, str(exc)) from None
+            value = decoder.decode(body)
         except CodecError as exc:
-            raise CorruptRecord(path, offset, f"malformed record body: {exc}") from None
+            raise _codec_error(path, offset, exc) from None
         if type(value) is not tuple or not value or type(value[0]) is not int:
             raise CorruptRecord(path, offset, "record body is not [kind, ...]")
         kind = value[0]
-        if kind == KIND_DELIVERY or kind == KIND_OPAQUE:
-            if len(value) != 7:
-                raise CorruptRecord(path, offset, f"delivery record has {len(value)} fields, expected 7")
-            _, seq, at, sender, recipient, cause, message = value
-            if not (
-                type(seq) is int
-                and isinstance(at, datetime)
-                and type(sender) is str
-                and type(recipient) is str
-                and type(cause) is int
-            ):
-                raise CorruptRecord(path, offset, "delivery record fields have the wrong types")
-            if kind == KIND_OPAQUE:
-                if type(message) is not str:
-                    raise CorruptRecord(path, offset, "opaque delivery without a type name")
-                return OpaqueDelivery(seq, at, sender, recipient, cause, message)
-            return DeliveryRecord(seq, at, sender, recipient, cause, message)
+        if kind == KIND_DELIVERIES:
+            if len(value) != 2 or type(value[1]) is not tuple:
+                raise CorruptRecord(path, offset, "deliveries record is not [0, [...]]")
+            out: list[Any] = []
+            problems = decoder.problems
+            reported = 0
+            for i, d in enumerate(value[1]):
+                if type(d) is not tuple or len(d) != 6:
+                    out.append(CorruptRecord(path, offset, f"record {i} of the frame is not a delivery"))
+                    continue
+                seq, at, sender, recipient, cause, message = d
+                if not (
+                    type(seq) is int
+                    and isinstance(at, datetime)
+                    and type(sender) is str
+                    and type(recipient) is str
+                    and type(cause) is int
+                ):
+                    out.append(CorruptRecord(path, offset, f"record {i} of the frame: delivery fields have the wrong types"))
+                    continue
+                if problems and contains_bad(message):
+                    exc = problems[min(reported, len(problems) - 1)]
+                    reported += 1
+                    out.append(_codec_error(path, offset, exc, f"record {i} of the frame: "))
+                    continue
+                if type(message) is OpaqueMessage:
+                    out.append(OpaqueDelivery(seq, at, sender, recipient, cause, str(message)))
+                else:
+                    out.append(DeliveryRecord(seq, at, sender, recipient, cause, message))
+            return out
+        if decoder.problems:
+            raise _codec_error(path, offset, decoder.problems[0])
+        if kind == KIND_TYPES:
+            if len(value) != 2:
+                raise CorruptRecord(path, offset, "types record is not [5, [...]]")
+            try:
+                decoder.declare(value[1])
+            except CodecError as exc:
+                raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
+            return []
         if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
             if len(value) != 2 or type(value[1]) is not dict:
                 raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
             try:
-                return _header_record(kind, value[1])
+                return [_header_record(kind, value[1])]
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
         raise NewerCaptureFormat(
@@ -310,7 +351,9 @@ def _probe(path: str, decoding: _Decoding) -> _File:
         body, _ = _frame_at(first, path, 0, len(first))
     except CaptureError as exc:
         raise _shift(exc, pos) from None
-    record = decoding.record(path, pos, body)
+    decoding.new_file()
+    records = decoding.frame(path, pos, body)
+    record = records[0] if len(records) == 1 else None
     if not isinstance(record, FilePart):
         raise CorruptRecord(path, pos, "the first record of a capture file is not its file header")
     return _File(path, size, record)
@@ -400,7 +443,8 @@ class CaptureReader:
                 buf.close()
 
     def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Entry]:
-        record_of = self._decoding.record
+        self._decoding.new_file()
+        records_of = self._decoding.frame
         # The first frame is the file header, already read by _probe.
         try:
             _, pos = _frame_at(buf, path, FILE_HEADER.size, end)
@@ -435,16 +479,19 @@ class CaptureReader:
                 pos = resume
                 continue
             try:
-                record = record_of(path, pos, body)
+                records = records_of(path, pos, body)
             except CaptureError as exc:
                 self._bad(exc, records=1, nbytes=nxt - pos)
                 pos = nxt
                 continue
-            if type(record) is FilePart:
-                self._bad(CorruptRecord(path, pos, "a file header in the middle of a file"), records=1, nbytes=nxt - pos)
-                pos = nxt
-                continue
-            yield Entry(path, pos, record)
+            batch = len(records) > 1
+            for i, record in enumerate(records):
+                if isinstance(record, CaptureError):
+                    self._bad(record, records=1)
+                elif type(record) is FilePart:
+                    self._bad(CorruptRecord(path, pos, "a file header in the middle of a file"), records=1)
+                else:
+                    yield Entry(path, pos, record, i if batch else -1)
             pos = nxt
             self.bytes_done = done_before + pos
 

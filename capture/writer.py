@@ -7,10 +7,13 @@ record of a run is a ``RunStart``: version, start time, clock and the
 effective configuration (``Config.effective()``, secrets already left out).
 
 Cheap for the actors: with ``background = true`` (the default) the tap only
-appends the delivery to a queue; a writer thread encodes (``capture.wire``),
-frames (``capture.format``) and writes. The queue is bounded: when it is full
-a delivering thread waits for room rather than losing a record, since a
-capture with holes cannot be replayed. ``flush()`` returns once everything
+appends the delivery to a queue; a writer thread gathers deliveries for up
+to ``GATHER_S`` (or until a batch of ``BATCH_RECORDS`` waits), encodes the
+batch in one pass (``capture.wire``), frames it (``capture.format``) and
+writes: few wake-ups, one CRC and one buffer append per batch, little
+contention with the actors for the interpreter. The queue is bounded: when
+it is full a delivering thread waits for room rather than losing a record,
+since a capture with holes cannot be replayed. ``flush()`` returns once everything
 tapped before it is written out; ``close()`` (a clean stop) writes
 everything and a ``RunEnd`` record.
 
@@ -22,7 +25,7 @@ naming its run and part. When records reach the OS is the flush policy
 leaves is whole records plus at most one partial one, which the reader
 reports as truncated; how many records a crash can lose before that is what
 the flush policy bounds (``record`` with ``background = false``: none but the
-one being written).
+one being written; with batches, the frame being written).
 
 A disk that fails (full, read-only) stops the capture, not the sidecar: the
 error is logged once, kept in ``failed``, raised by ``flush()``, and later
@@ -48,15 +51,15 @@ from capture.format import (
     FILE_MAGIC,
     FILE_SUFFIX,
     FORMAT_VERSION,
-    KIND_DELIVERY,
-    KIND_OPAQUE,
+    KIND_DELIVERIES,
+    KIND_TYPES,
     FilePart,
     RunEnd,
     RunStart,
     frame,
 )
 from capture.settings import CaptureSettings
-from capture.wire import WireEncoder
+from capture.wire import CaptureEncoder, opaque
 from messages.codec import CodecError
 from runtime.dispatch import Delivery
 from sidecar.config import format_duration
@@ -68,6 +71,15 @@ logger = logging.getLogger(__name__)
 #: Buffered bytes that are written out whatever the policy, so a slow flush
 #: policy cannot hold an unbounded amount of memory.
 MAX_BUFFER_BYTES = 4 * 1024 * 1024
+
+#: Deliveries the background writer packs into one frame at most: one
+#: framing, CRC and buffer append for many records. A crash loses at most
+#: the frame being written.
+BATCH_RECORDS = 256
+
+#: Longest a delivery waits in the queue before the writer takes it (when
+#: fewer than a batch are waiting).
+GATHER_S = 0.02
 
 #: How long ``close()`` waits for the writer thread to drain its queue.
 CLOSE_TIMEOUT_S = 60.0
@@ -134,9 +146,16 @@ class _Sink:
     """
 
     def __init__(
-        self, settings: CaptureSettings, run_id: str, run_started_at: datetime, monotonic: Callable[[], float]
+        self,
+        settings: CaptureSettings,
+        run_id: str,
+        run_started_at: datetime,
+        monotonic: Callable[[], float],
+        declarations: Callable[[], bytes | None],
     ) -> None:
         self.settings = settings
+        #: The framed type table of every message type met so far (each file declares it).
+        self.declarations = declarations
         self.directory = Path(settings.directory)
         self.run_id = run_id
         self.run_started_at = run_started_at
@@ -175,6 +194,9 @@ class _Sink:
         header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION) + frame(
             _encode_header(FilePart(self.run_id, self.run_started_at, self.part, at))
         )
+        types = self.declarations()
+        if types:
+            header += types
         self.buffer += header
         self.file_bytes += len(header)
         self.flush()  # a file names its run and part on disk from its first moment
@@ -187,21 +209,34 @@ class _Sink:
                 os.fsync(fd)
             os.close(fd)
 
-    def add(self, framed: bytes, at: datetime, *, force_flush: bool = False, may_rotate: bool = True) -> None:
+    def add(
+        self,
+        framed: bytes,
+        at: datetime,
+        *,
+        records: int = 1,
+        types: bytes | None = None,
+        force_flush: bool = False,
+        may_rotate: bool = True,
+    ) -> None:
+        """Append one frame holding ``records`` records; ``types`` declares the new types it uses."""
         if self.fd is None:
-            self._open(at)
+            self._open(at)  # a new file declares every type known: ``types`` included
         elif may_rotate and self.file_records and (
             self.file_bytes + len(framed) > self.max_bytes
             or (self.max_age is not None and at - self.file_opened_at >= self.max_age)  # type: ignore[operator]
         ):
             self._close_file()
             self._open(at)
+        elif types:
+            self.buffer += types
+            self.file_bytes += len(types)
         if not self.buffered:
             self.buffered_since = self.monotonic()
         self.buffer += framed
-        self.buffered += 1
+        self.buffered += records
         self.file_bytes += len(framed)
-        self.file_records += 1
+        self.file_records += records
         if (
             force_flush
             or self.policy == "record"
@@ -246,7 +281,7 @@ class _Sink:
 
 
 def _encode_header(record: Any) -> bytes:
-    return WireEncoder().encode(record.to_body())
+    return CaptureEncoder().encode(record.to_body())
 
 
 class _FlushMark:
@@ -278,13 +313,19 @@ class CaptureWriter:
         self._config = config
         self._extra = dict(extra or {})
         self._monotonic = monotonic
-        self._encoder = WireEncoder()
+        self._encoder = CaptureEncoder()
         self._sink: _Sink | None = None
         self._lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
         self._limit = settings.queue_records
         self._wake = threading.Event()
         self._idle = False
+        #: The writer is woken when this many deliveries wait (else it gathers
+        #: them for up to GATHER_S): few wake-ups, big batches, little
+        #: contention with the actors for the interpreter.
+        self._wake_at = 1 if settings.flush == "record" else BATCH_RECORDS
+        #: flush() or close() wants the queue handled now.
+        self._urgent = False
         self._room = threading.Condition()
         self._waiting_for_room = 0
         self._thread: threading.Thread | None = None
@@ -316,7 +357,7 @@ class CaptureWriter:
             config=effective,
             extra=self._extra,
         )
-        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic)
+        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic, self._declarations)
         try:
             self._sink.add(frame(self._encoder.encode(start.to_body())), started, force_flush=True)
         except OSError as exc:
@@ -347,20 +388,22 @@ class CaptureWriter:
         if self._thread is not None:
             q = self._queue
             q.append(delivery)
-            if self._idle:
-                self._wake.set()
-            if len(q) >= self._limit:
+            n = len(q)
+            if self._idle and (n == 1 or n >= self._wake_at):
+                self._wake.set()  # the first delivery starts a gathering, a full batch ends it
+            if n >= self._limit:
                 self._wait_for_room()
             return
         if not self._open or self._closed:
             self.dropped += 1
             return
         with self._lock:
-            self._write(delivery)
+            self._write([delivery])
 
     def _wait_for_room(self) -> None:
         with self._room:
             self._waiting_for_room += 1
+            self._urgent = True
             self._wake.set()
             try:
                 while len(self._queue) >= self._limit // 2 and self._thread is not None and self._thread.is_alive():
@@ -369,37 +412,58 @@ class CaptureWriter:
                 self._waiting_for_room -= 1
 
     # -- writing -----------------------------------------------------------------------
-    def _write(self, d: Delivery) -> None:
+    def _declarations(self) -> bytes | None:
+        declared = self._encoder.declared
+        if not declared:
+            return None
+        self._encoder.take_new()  # a new file declares them all
+        return frame(self._encoder.encode((KIND_TYPES, [t.to_wire() for t in declared])))
+
+    def _write(self, batch: list[Delivery]) -> None:
+        """One frame of deliveries (and the declaration of types they use first)."""
         if self.failed is not None:
-            self.dropped += 1
+            self.dropped += len(batch)
             return
         enc = self._encoder
+        rows: list[tuple[Any, ...]] = [(d.seq, d.at, d.sender, d.recipient, d.cause, d.message) for d in batch]
         try:
-            body = enc.encode((KIND_DELIVERY, d.seq, d.at, d.sender, d.recipient, d.cause, d.message))
+            body = enc.encode((KIND_DELIVERIES, rows))
         except CodecError:
-            body = self._opaque(d)
-            if body is None:
+            rows = [r for r in (self._capturable(d) for d in batch) if r is not None]
+            if not rows:
                 return
+            body = enc.encode((KIND_DELIVERIES, rows))
+        new = enc.take_new()
+        types = frame(enc.encode((KIND_TYPES, [t.to_wire() for t in new]))) if new else None
         try:
-            self._sink.add(frame(body), d.at)  # type: ignore[union-attr]
-            self.records += 1
+            self._sink.add(frame(body), rows[0][1], records=len(rows), types=types)  # type: ignore[union-attr]
+            self.records += len(rows)
         except OSError as exc:
             self._fail(exc)
-            self.dropped += 1
+            self.dropped += len(rows)
 
-    def _opaque(self, d: Delivery) -> bytes | None:
+    def _capturable(self, d: Delivery) -> tuple[Any, ...] | None:
+        """The row for ``d``; an unregistered message becomes its type name (an opaque delivery)."""
+        enc = self._encoder
+        row = (d.seq, d.at, d.sender, d.recipient, d.cause, d.message)
+        try:
+            enc.encode(row)
+            return row
+        except CodecError:
+            pass
         name = f"{type(d.message).__module__}.{type(d.message).__qualname__}"
         if name not in self._unencodable_types:
             self._unencodable_types.add(name)
             logger.warning("capture: %s is not a registered message; captured as opaque (replay cannot feed it)", name)
+        row = (d.seq, d.at, d.sender, d.recipient, d.cause, opaque(name))
         try:
-            body = self._encoder.encode((KIND_OPAQUE, d.seq, d.at, d.sender, d.recipient, d.cause, name))
+            enc.encode(row)
         except CodecError as exc:
             logger.error("capture: cannot capture delivery %d: %s", d.seq, exc)
             self.dropped += 1
             return None
         self.unencodable += 1
-        return body
+        return row
 
     def _fail(self, exc: OSError) -> None:
         where = self._sink.path if self._sink and self._sink.path else self.settings.directory
@@ -413,25 +477,47 @@ class CaptureWriter:
         popleft = q.popleft
         sink = self._sink
         assert sink is not None
+        monotonic = self._monotonic
+        wake_at = self._wake_at
+        batch_size = 1 if self.settings.flush == "record" else BATCH_RECORDS
+        gathering_since: float | None = None
         while True:
-            if q:
-                n = len(q)
+            n = len(q)
+            if n and (
+                n >= wake_at
+                or self._urgent
+                or (gathering_since is not None and monotonic() - gathering_since >= GATHER_S)
+            ):
+                self._urgent = False
+                gathering_since = None
                 if n > self.max_queue:
                     self.max_queue = n
+                batch: list[Delivery] = []
                 for _ in range(n):
                     item = popleft()
                     if type(item) is Delivery:
-                        self._write(item)
-                    elif item is _CLOSE:
-                        self._finish()
-                        return
+                        batch.append(item)
+                        if len(batch) < batch_size:
+                            continue
+                        self._write(batch)
+                        batch = []
                     else:
+                        if batch:
+                            self._write(batch)
+                            batch = []
+                        if item is _CLOSE:
+                            self._finish()
+                            return
                         self._flush_now()
                         item.done.set()
                     if self._waiting_for_room and len(q) < self._limit // 2:
                         with self._room:
                             self._room.notify_all()
+                if batch:
+                    self._write(batch)
                 continue
+            if n and gathering_since is None:
+                gathering_since = monotonic()
             if self._waiting_for_room:
                 with self._room:
                     self._room.notify_all()
@@ -439,11 +525,15 @@ class CaptureWriter:
             if due == 0.0:
                 self._flush_now()
                 continue
+            timeout = due
+            if gathering_since is not None:
+                left = max(0.0, gathering_since + GATHER_S - monotonic())
+                timeout = left if timeout is None else min(timeout, left)
             self._idle = True
-            if q:
+            if len(q) >= wake_at or self._urgent:
                 self._idle = False
                 continue
-            self._wake.wait(due)
+            self._wake.wait(timeout)
             self._wake.clear()
             self._idle = False
 
@@ -476,6 +566,7 @@ class CaptureWriter:
         if self._thread is not None and not self._closed:
             mark = _FlushMark()
             self._queue.append(mark)
+            self._urgent = True
             self._wake.set()
             if not mark.done.wait(timeout):
                 raise CaptureWriteError(f"capture writer did not flush within {timeout} s")
@@ -491,6 +582,7 @@ class CaptureWriter:
             return
         if self._thread is not None:
             self._queue.append(_CLOSE)
+            self._urgent = True
             self._wake.set()
             self._thread.join(CLOSE_TIMEOUT_S)
             if self._thread.is_alive():

@@ -80,6 +80,12 @@ CLOCK = "clock"
 #: deliveries; what is still undelivered then is excused as past --until.
 UNTIL_GRACE = timedelta(minutes=1)
 
+NEVER_DELIVERED = "never delivered: nothing reached the recipient after the decision (run stopped, or no actor there)"
+
+#: Decisions held for an address that has received nothing yet in the run,
+#: before it is taken as absent (see ``_Run._park``).
+PARK_LIMIT = 10_000
+
 #: How late a real clock's timer may fire, in real seconds, and still match
 #: its decision (the timer thread and the dispatcher share the machine).
 REAL_TIMER_LATENESS_S = 2.0
@@ -126,16 +132,32 @@ class RunBegins:
         }
 
 
-@dataclass(frozen=True)
 class Step:
-    """One timeline line: a decision (a core's note), or an input from outside that explains one."""
+    """One timeline line: a decision (a core's note), or an input from outside that explains one.
 
-    kind: str  # note | input | decision | error
-    at: datetime
-    seq: int
-    address: str
-    tenant: str
-    text: str
+    A plain slots class rather than a frozen dataclass: a replay makes one
+    per note, and a frozen dataclass's ``__init__`` costs several times more.
+    """
+
+    __slots__ = ("kind", "at", "seq", "address", "tenant", "text")
+
+    def __init__(self, kind: str, at: datetime, seq: int, address: str, tenant: str, text: str) -> None:
+        self.kind = kind  # note | input | decision | error
+        self.at = at
+        self.seq = seq
+        self.address = address
+        self.tenant = tenant
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Step({self.kind}, #{self.seq}, {self.address}: {self.text})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -224,20 +246,36 @@ class _Expect:
 class _Input:
     """A replayed input whose decisions are not all matched yet."""
 
-    __slots__ = ("seq", "at", "address", "where", "type_name", "immediate", "timers")
+    __slots__ = ("seq", "at", "address", "entry", "immediate", "timers")
 
-    def __init__(self, seq: int, at: datetime, address: str, where: str, type_name: str) -> None:
+    def __init__(self, seq: int, at: datetime, address: str, entry: Entry) -> None:
         self.seq = seq
         self.at = at
         self.address = address
-        self.where = where
-        self.type_name = type_name
+        self.entry = entry
         self.immediate: dict[str, collections.deque[_Expect]] = {}
         self.timers: list[_Expect] = []
 
+    @property
+    def where(self) -> str:
+        return self.entry.where()
+
+    @property
+    def type_name(self) -> str:
+        rec = self.entry.record
+        return rec.message if type(rec) is OpaqueDelivery else type(rec.message).__name__
+
+
+_TENANTS: dict[str, str] = {}
+
 
 def _tenant_of(address: str) -> str:
-    return address[7:] if address.startswith("tenant/") else ""
+    t = _TENANTS.get(address)
+    if t is None:
+        t = address[7:] if address.startswith("tenant/") else ""
+        if len(_TENANTS) < 1_000_000:
+            _TENANTS[address] = t
+    return t
 
 
 def _message_tenant(m: Any) -> str:
@@ -287,6 +325,9 @@ class _Run:
         self.divergences: list[tuple[int, int, dict[str, Any]]] = []
         self.cut = False
         self.clean_end = False
+        #: address -> inputs with mail for it, while it has received nothing this run
+        self.parked: dict[str, list[int]] = {}
+        self.absent: set[str] = set()
 
     # -- inputs of replayed cores (a bitmap: a run can hold millions) --------------------
     def _mark_input(self, seq: int) -> None:
@@ -334,10 +375,14 @@ class _Run:
     def delivery(self, entry: Entry, rec: DeliveryRecord) -> list[Any] | None:
         self.records += 1
         at = rec.at
-        if self.last_at is None or at > self.last_at:
+        last = self.last_at
+        if last is None or at > last:
             self.last_at = at
         recipient = rec.recipient
-        self.last_delivery[recipient] = rec.seq
+        seen = self.last_delivery
+        if recipient not in seen:
+            self._first_delivery(recipient)
+        seen[recipient] = rec.seq
         sender = rec.sender
         replayed = self.r._replayed
         if sender == CLOCK:
@@ -425,6 +470,40 @@ class _Run:
             rec.seq,
         )
 
+    # -- addresses that receive nothing ----------------------------------------------------
+    def _first_delivery(self, recipient: str) -> None:
+        """``recipient`` exists after all: what was parked for it is expected as usual."""
+        self.parked.pop(recipient, None)
+        self.absent.discard(recipient)
+
+    def _park(self, inp: _Input) -> None:
+        """Remember inputs with mail for addresses that have received nothing yet this run.
+
+        Mail to an address with no actor (a ledger that is not configured) is
+        never delivered; past ``PARK_LIMIT`` such decisions the address is
+        taken as absent, its mail excused at once instead of held to the end
+        of the run, which keeps a long replay's memory bounded.
+        """
+        seen = self.last_delivery
+        for to in list(inp.immediate):
+            if to not in seen:
+                parked = self.parked.get(to)
+                if parked is None:
+                    parked = self.parked[to] = []
+                parked.append(inp.seq)
+                if len(parked) > PARK_LIMIT:
+                    self._absent(to)
+
+    def _absent(self, to: str) -> None:
+        self.absent.add(to)
+        for seq in self.parked.pop(to, ()):
+            inp = self.pending.get(seq)
+            q = inp.immediate.pop(to, None) if inp is not None else None
+            if q:
+                self.pending_immediate -= len(q)
+                self.excused[NEVER_DELIVERED] += len(q)
+                self._forget_if_done(inp)  # type: ignore[arg-type]
+
     def _forget_if_done(self, inp: _Input) -> None:
         if not inp.immediate and not inp.timers:
             self.pending.pop(inp.seq, None)
@@ -439,8 +518,7 @@ class _Run:
             self.clock = ManualClock(at)
         elif at > self.clock.now():
             self.clock.advance_to(at)
-        type_name = type(rec.message).__name__ if type(rec) is not OpaqueDelivery else rec.message
-        inp = _Input(seq, at, address, f"{entry.path}:{entry.offset}", type_name)
+        inp = _Input(seq, at, address, entry)
         out: list[Any] = []
         if rec.sender != CLOCK and not self.r._replayed(rec.sender):
             text = describe.outside_input(rec.message) if type(rec) is not OpaqueDelivery else None
@@ -475,6 +553,9 @@ class _Run:
             if te is Send:
                 to = eff.to
                 if eff.at is None:
+                    if to in self.absent:
+                        self.excused[NEVER_DELIVERED] += 1
+                        continue
                     q = inp.immediate.get(to)
                     if q is None:
                         q = inp.immediate[to] = collections.deque()
@@ -505,6 +586,8 @@ class _Run:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
         if inp.immediate or inp.timers:
             self.pending[seq] = inp
+            if inp.immediate:
+                self._park(inp)
         return out
 
     def opaque_to(self, rec: OpaqueDelivery) -> bool:
@@ -519,7 +602,7 @@ class _Run:
                 for exp in q:
                     reason = exp.excuse
                     if reason is None and self.last_delivery.get(exp.to, 0) < inp.seq:
-                        reason = "never delivered: nothing reached the recipient after the decision (run stopped, or no actor there)"
+                        reason = NEVER_DELIVERED
                     if reason is None and self.cut:
                         reason = "past --until"
                     if reason:

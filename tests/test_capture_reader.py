@@ -25,7 +25,7 @@ from capture import (
 from capture.format import FILE_HEADER, FILE_MAGIC, FORMAT_VERSION, FRAME_HEADER, frame
 from capture.reader import read_records
 from capture.settings import CaptureSettings
-from capture.wire import WireEncoder
+from capture.wire import EXT_TYPE_REF, CaptureEncoder
 from messages.chain import CreditAccount
 from messages.coins import Coin
 from messages.credit import CreditRead
@@ -56,6 +56,11 @@ def frame_offsets(path: str) -> list[int]:
     return out
 
 
+def offset_of(path: str, seq: int) -> int:
+    """The frame holding delivery ``seq`` (the sync writer puts one delivery in each)."""
+    return next(e.offset for e in CaptureReader([path]) if getattr(e.record, "seq", None) == seq)
+
+
 def seqs(records) -> list[int]:
     return [r.seq for r in records if isinstance(r, DeliveryRecord)]
 
@@ -80,22 +85,26 @@ def test_every_cut_point_gives_the_records_before_it_and_one_error(tmp_path):
     [path] = write_capture(tmp_path, n=5)
     data = Path(path).read_bytes()
     offsets = frame_offsets(path) + [len(data)]
+    # Records each frame yields (the file header and type tables yield none).
+    per_frame = {o: 0 for o in offsets}
+    for e in CaptureReader([path]):
+        per_frame[e.offset] += 1
     for cut in range(len(data)):
         Path(path).write_bytes(data[:cut])
         reader = CaptureReader([path], skip_bad=True)
         got = list(reader)
-        whole = sum(1 for o in offsets[1:] if o <= cut)  # frames ending at or before the cut
         if cut < offsets[1]:  # the file header itself is cut: the file is skipped
             assert got == [] and reader.skipped.files == 1
             continue
-        assert len(got) == whole - 1  # the file header frame is not yielded
+        # Every frame that ends at or before the cut, nothing of the one it cuts.
+        expected = sum(per_frame[start] for start, end in zip(offsets, offsets[1:]) if end <= cut)
+        assert len(got) == expected
         assert reader.skipped.total == (0 if cut in offsets else 1)
 
 
 def test_corrupt_record_in_the_middle(tmp_path):
     [path] = write_capture(tmp_path)
-    offsets = frame_offsets(path)
-    bad = offsets[6]  # delivery seq 5
+    bad = offset_of(path, 5)
     data = bytearray(Path(path).read_bytes())
     data[bad + FRAME_HEADER.size + 3] ^= 0xFF
     Path(path).write_bytes(bytes(data))
@@ -109,8 +118,7 @@ def test_corrupt_record_in_the_middle(tmp_path):
 
 def test_damaged_length_resyncs_at_the_next_intact_record(tmp_path):
     [path] = write_capture(tmp_path)
-    offsets = frame_offsets(path)
-    bad = offsets[6]
+    bad, next_frame = offset_of(path, 5), offset_of(path, 6)
     data = bytearray(Path(path).read_bytes())
     data[bad + 2 : bad + 6] = (2**31).to_bytes(4, "big")  # a length far past the end
     Path(path).write_bytes(bytes(data))
@@ -119,37 +127,45 @@ def test_damaged_length_resyncs_at_the_next_intact_record(tmp_path):
     assert err.value.offset == bad
     reader = CaptureReader([path], skip_bad=True)
     assert seqs(e.record for e in reader) == [s for s in range(1, 21) if s != 5]
-    assert reader.skipped.bytes == offsets[7] - bad
+    assert reader.skipped.bytes == next_frame - bad
 
 
-def _write_raw(path: Path, bodies: list, version: int = FORMAT_VERSION) -> list[int]:
-    """A capture file from raw record bodies; returns each frame's offset."""
-    enc = WireEncoder()
+def _write_raw(path: Path, bodies: list, version: int = FORMAT_VERSION, types: list | None = None) -> list[int]:
+    """A capture file from raw record bodies; returns each frame's offset.
+
+    Messages in the bodies are encoded flat; the types they use (plus
+    ``types``, raw ``[index, name, version, [fields]]`` entries) are declared
+    in a types record right after the file header.
+    """
+    enc = CaptureEncoder()
+    encoded = [body if isinstance(body, bytes) else enc.encode(body) for body in bodies]
+    table = [t.to_wire() for t in enc.take_new()] + (types or [])
     out = bytearray(FILE_HEADER.pack(FILE_MAGIC, version))
     offsets = []
     part = [2, {"run": "r1", "run_started_at": utc(2026, 3, 1), "part": 0, "opened_at": utc(2026, 3, 1)}]
-    for body in [part] + bodies:
+    head = [enc.encode(part)] + ([enc.encode([5, table])] if table else [])
+    for body in head + encoded:
         offsets.append(len(out))
-        out += frame(body if isinstance(body, bytes) else enc.encode(body))
+        out += frame(body)
     path.write_bytes(bytes(out))
-    return offsets
+    return [offsets[0]] + offsets[len(head):]
 
 
-def _ext(name: str, version: int, fields: dict) -> msgpack.ExtType:
-    return msgpack.ExtType(1, msgpack.packb([name, version, fields], use_bin_type=True))
+def _ref(index: int) -> msgpack.ExtType:
+    return msgpack.ExtType(EXT_TYPE_REF, index.to_bytes(2, "big"))
 
 
 def _delivery_body(seq: int, message) -> bytes:
-    return msgpack.packb([0, seq, utc(2026, 3, 1), "chain-io", "tenant/x", 0, message], datetime=True)
+    return msgpack.packb([0, [[seq, utc(2026, 3, 1), "chain-io", "tenant/x", 0, message]]], datetime=True)
 
 
 def test_unknown_message_type_names_file_and_offset(tmp_path):
     path = tmp_path / "a.lwcap"
     offsets = _write_raw(path, [
-        [0, 1, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 1)],
-        _delivery_body(2, _ext("lease_teleported", 1, {"lease_uuid": "u"})),
-        [0, 3, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 3)],
-    ])
+        [0, [[1, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 1)]]],
+        _delivery_body(2, [_ref(7), "u"]),
+        [0, [[3, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 3)]]],
+    ], types=[[7, "lease_teleported", 1, ["lease_uuid"]]])
     with pytest.raises(UnknownTypeInCapture, match="lease_teleported") as err:
         read_records([path])
     assert err.value.offset == offsets[2] and err.value.path == str(path)
@@ -159,9 +175,25 @@ def test_unknown_message_type_names_file_and_offset(tmp_path):
     assert "1 unknown-type" in reader.skipped.summary()
 
 
+def test_one_bad_delivery_in_a_batch_costs_only_itself(tmp_path):
+    path = tmp_path / "a.lwcap"
+    at = utc(2026, 3, 1)
+    offsets = _write_raw(path, [msgpack.packb([0, [
+        [1, at, "chain-io", "tenant/x", 0, "fine"],
+        [2, at, "chain-io", "tenant/x", 0, [_ref(7), "u"]],
+        [3, at, "chain-io", "tenant/x", 0, "fine too"],
+    ]], datetime=True)], types=[[7, "lease_teleported", 1, ["lease_uuid"]]])
+    with pytest.raises(UnknownTypeInCapture, match="record 1 of the frame") as err:
+        read_records([path])
+    assert err.value.offset == offsets[1]
+    entries = list(CaptureReader([path], skip_bad=True))
+    assert [(e.record.seq, e.index) for e in entries] == [(1, 0), (3, 2)]
+    assert entries[0].where() == f"{path}:{offsets[1]}[0]"
+
+
 def test_newer_schema_version_names_file_and_offset(tmp_path):
     path = tmp_path / "a.lwcap"
-    offsets = _write_raw(path, [_delivery_body(1, _ext("coin", 7, {"denom": "umfx", "amount": 1}))])
+    offsets = _write_raw(path, [_delivery_body(1, [_ref(0), "umfx", 1])], types=[[0, "coin", 7, ["denom", "amount"]]])
     with pytest.raises(NewerSchemaInCapture, match="schema version 7") as err:
         read_records([path])
     assert err.value.offset == offsets[1]
@@ -261,13 +293,15 @@ def test_fuzz_valid_frames_around_random_bodies(tmp_path):
     """Bodies with a correct CRC reach the decoder: it too may only raise capture errors."""
     rng = random.Random(7)
     target = tmp_path / "bodies.lwcap"
-    good_body = WireEncoder().encode([0, 1, utc(2026, 3, 1), "a", "b", 0, CreditRead(1, CreditAccount("t", ()))])
+    enc = CaptureEncoder()
+    good_body = enc.encode([0, [[1, utc(2026, 3, 1), "a", "b", 0, CreditRead(1, CreditAccount("t", ()))]]])
+    types = [t.to_wire() for t in enc.take_new()]
     for _ in range(300):
         if rng.random() < 0.5:
             body = bytes(rng.randrange(256) for _ in range(rng.randint(0, 80)))
         else:
             body = _mutate(rng, good_body)
-        _write_raw(target, [body, body])
+        _write_raw(target, [body, body], types=types)
         try:
             read_records([target])
         except CaptureError:

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 import pytest
 
+from actors.cores import billing_tick_interval, build_core
 from actors.listener import ListenerActor
 from actors.listener_settings import ListenerSettings
 from capture import CaptureReader, CaptureWriter
@@ -47,19 +48,6 @@ LISTENER = ListenerSettings(
 SETTINGS = {"withdraw_interval": "10m", "credit_check_interval": "2m"}
 
 
-def build_core(address, config):
-    """The cores the actors run, as ``actors.cores.build_core`` builds them for replay."""
-    from actors.chain_actor import ChainDecisions
-    from actors.schedule import SchedulerDecisions
-    from actors.tenant_credit import TenantCredit
-
-    if address == "scheduler":
-        return SchedulerDecisions(config.scheduler, config.provider.uuid)
-    if address == "chain":
-        return ChainDecisions(config.scheduler)
-    return TenantCredit(address[len("tenant/"):], config.scheduler)
-
-
 def item(price: int) -> list[LeaseItem]:
     return [LeaseItem("sku-1", 1, Coin("umfx", price))]
 
@@ -69,7 +57,8 @@ class Live:
 
     def __init__(self, directory: str) -> None:
         self.clock = ManualClock(utc(2026, 3, 1))
-        self.config = load_config(overrides={"scheduler": SETTINGS})
+        # No ledger: the books are not what this test replays (the ledger is an I/O endpoint).
+        self.config = load_config(overrides={"scheduler": SETTINGS, "ledger": {"path": ""}})
         self.model = BillingModel(self.clock)
         self.model.register_provider(PROVIDER, "manifest1provider")
         self.model.register_provider(OTHER, "manifest1other")
@@ -81,6 +70,7 @@ class Live:
         self.sidecar = Sidecar(
             clock=self.clock, dispatcher=self.dispatcher, client=self.client,
             settings=self.config.scheduler, provider_uuid=PROVIDER,
+            billing_tick_interval=billing_tick_interval(self.config),
         )
         self.server = WebsocketServer(self.model, lambda: NodeStatus(1, self.clock.now(), False))
         self.server.start()

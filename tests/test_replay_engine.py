@@ -192,6 +192,18 @@ def test_mail_to_an_absent_ledger_is_excused_but_a_present_one_must_receive_it(t
     assert divergences == [] and len(end.excused) == 1  # only the last timer
 
 
+def test_an_address_that_never_receives_is_taken_as_absent_to_bound_memory(tmp_path, monkeypatch):
+    import replay.engine as engine
+
+    monkeypatch.setattr(engine, "PARK_LIMIT", 2)
+    replayer = Replayer(toy_builder())
+    events = list(replayer.replay(CaptureReader(live_run(tmp_path), file_parts=True)))
+    assert not [e for e in events if isinstance(e, Divergence)]
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    # Six ledger sends, none delivered: all excused, three of them as soon as the limit was passed.
+    assert dict(end.excused)[engine.NEVER_DELIVERED] == 6
+
+
 def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
     paths = live_run(tmp_path)
     _, divergences, _ = replay(paths, toy_builder(threshold=2))
@@ -200,13 +212,14 @@ def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
     assert first.kind == "changed" and first.address == "tenant/bob"
     assert first.input_seq == second_failure and first.first_seq == second_failure
     assert first.input_type == "CreditReadFailed" and "recheck_at: None -> 2026-03-01 00:30:30" in first.detail
-    assert first.input_where.endswith(f":{_offset_of(paths, second_failure)}")
+    assert first.input_where == _where_of(paths, second_failure)
     # The scheduler replays its captured inputs: it diverges nowhere.
     assert {d.address for d in divergences} == {"tenant/bob"}
 
 
-def _offset_of(paths, seq):
-    return next(e.offset for e in CaptureReader(paths) if getattr(e.record, "seq", None) == seq)
+def _where_of(paths, seq):
+    """``file:offset[index]`` of the record with ``seq``."""
+    return next(e.where() for e in CaptureReader(paths) if getattr(e.record, "seq", None) == seq)
 
 
 def test_missing_and_extra_decisions(tmp_path):

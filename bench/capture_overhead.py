@@ -1,0 +1,105 @@
+"""Capture overhead: events/s through the running sidecar with capture on vs off.
+
+Run from the repository root:  python bench/capture_overhead.py  (about a minute)
+
+The sidecar as ``python run.py`` assembles it (``sidecar.runner.build``: its
+actors on a two-worker ``ThreadedDispatcher``, the in-process chain model),
+without the demo world and without a ledger, with ``TENANTS`` tenants of two
+leases each. Each trial runs full cycles back to back (``withdraw_once``:
+withdraw, read the active leases, read and judge every tenant's credit) for
+``TRIAL_S`` seconds and counts the messages the dispatcher delivered. Trials
+alternate capture off / on (``[capture] enabled``, the default settings
+otherwise: background writer, interval flush) so that the machine's other
+load falls on both alike; the medians and their ratio are printed, with what
+the capture wrote.
+
+Target (issue 5): capture on costs at most 10% of the events/s.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from typing import Any  # noqa: E402
+
+from messages.chain import LeaseItem  # noqa: E402
+from messages.coins import Coin  # noqa: E402
+from runtime.clock import ManualClock, utc  # noqa: E402
+from sidecar.config import load_config  # noqa: E402
+from sidecar.runner import build  # noqa: E402
+
+TENANTS = 500
+TRIAL_S = 6.0
+TRIALS = 4  # of each kind
+TARGET_LOSS = 0.10
+
+
+def trial(capture_dir: str | None) -> tuple[float, int, Any]:
+    """Events/s of one trial; with ``capture_dir`` the capture is on."""
+    clock = ManualClock(utc(2026, 3, 1))
+    config = load_config(overrides={
+        "ledger": {"path": ""},
+        "capture": {"enabled": capture_dir is not None, "directory": capture_dir or "unused"},
+    })
+    running = build(config, clock, demo=False)
+    model = running.model
+    assert model is not None
+    for i in range(TENANTS):
+        tenant = f"manifest1tenant{i:05d}"
+        model.fund_credit(tenant, [Coin("umfx", 10**12 + i)])
+        for price in (1 + i % 7, 3):
+            model.create_lease(tenant, config.provider.uuid, [LeaseItem("sku-1", 1, Coin("umfx", price))])
+    sidecar, dispatcher = running.sidecar, running.dispatcher
+    try:
+        sidecar.withdraw_once()  # warm up: the tenant monitors start
+        before = dispatcher.delivered
+        started = time.perf_counter()
+        while time.perf_counter() - started < TRIAL_S:
+            if not sidecar.withdraw_once(timeout=60):
+                raise RuntimeError("a cycle did not finish")
+        elapsed = time.perf_counter() - started
+        events = dispatcher.delivered - before
+    finally:
+        running.close()
+    return events / elapsed, events, running.capture
+
+
+def main() -> int:
+    root = tempfile.mkdtemp(prefix="lw-capture-bench-")
+    try:
+        off: list[float] = []
+        on: list[float] = []
+        written = []
+        for i in range(TRIALS):
+            rate, _, _ = trial(None)
+            off.append(rate)
+            rate, events, writer = trial(os.path.join(root, f"t{i}"))
+            on.append(rate)
+            assert writer is not None
+            written.append((events, writer.records, writer.bytes_written, writer.max_queue, writer.dropped))
+            print(f"trial {i + 1}: off {off[-1]:,.0f} events/s, on {on[-1]:,.0f} events/s")
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        loss = 1 - m_on / m_off
+        events, records, nbytes, max_queue, dropped = written[-1]
+        print(f"{TENANTS} tenants, {TRIALS} trials of {TRIAL_S:g} s each way")
+        print(f"capture off: {m_off:,.0f} events/s (median)")
+        print(f"capture on:  {m_on:,.0f} events/s (median)   ratio on/off {m_on / m_off:.3f}")
+        print(f"last capture: {records:,} records ({nbytes / 1e6:.1f} MB, {nbytes / max(records, 1):.0f} B/record), "
+              f"longest queue {max_queue:,}, dropped {dropped}")
+        verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
+        print(f"capture costs {loss:.1%} of the events/s: {verdict} the target of at most {TARGET_LOSS:.0%}")
+        return 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Replay speed: records/s through ``run.py replay``'s engine, against msgpack alone.
+
+Run from the repository root:  python bench/replay_speed.py  (well under two minutes)
+
+It first captures a real run: the sidecar's actors on the chain model
+(manual clock and dispatcher, the capture tap on), ``TENANTS`` tenants with
+two leases each, a credit check every minute for ``MINUTES`` minutes, 5% of
+credit reads failing. Then, over the same capture files, best of
+``REPEATS`` runs each:
+
+1. baseline: ``msgpack.unpackb`` of every frame body alone (no framing, no
+   CRC, no message objects built: plain arrays): what msgpack itself costs;
+2. reader: ``CaptureReader`` (framing, CRC-32, typed messages, checks);
+3. cores alone: the records already read, every input handed straight to
+   its decision core, nothing compared: the floor of any replay, set by the
+   decision code itself;
+4. replay: reader plus ``Replayer`` feeding every input to the cores and
+   checking every decision against the capture (``run.py replay`` without
+   printing).
+
+Target (issue 5): replay >= 100,000 records/s. It prints each rate, its
+cost per record and its ratio to the baseline, the replay machinery's own
+share (replay minus reader minus cores), and checks the replay found no
+divergence. Times are CPU time of this process (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import gc  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+import msgpack  # noqa: E402
+
+from actors.cores import build_core  # noqa: E402
+from capture import CaptureReader, CaptureWriter  # noqa: E402
+from capture.format import FILE_HEADER, FRAME_HEADER, DeliveryRecord, RunStart  # noqa: E402
+from capture.settings import CaptureSettings  # noqa: E402
+from chain.model import BillingModel  # noqa: E402
+from chain.model_client import ModelChainClient  # noqa: E402
+from messages.chain import LeaseItem  # noqa: E402
+from messages.coins import Coin  # noqa: E402
+from replay.config import replay_config  # noqa: E402
+from replay.engine import Divergence, Replayer, is_replayed  # noqa: E402
+from runtime.clock import ManualClock, utc  # noqa: E402
+from runtime.dispatch import ManualDispatcher  # noqa: E402
+from sidecar.app import Sidecar  # noqa: E402
+from sidecar.config import load_config  # noqa: E402
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+TENANTS = 300
+MINUTES = 40
+REPEATS = 3
+TARGET = 100_000
+
+
+def make_capture(directory: str) -> tuple[list[str], float]:
+    clock = ManualClock(utc(2026, 3, 1))
+    config = load_config(overrides={"scheduler": {"withdraw_interval": "10m", "credit_check_interval": "1m"},
+                                    "ledger": {"path": ""}})
+    model = BillingModel(clock)
+    model.register_provider(PROVIDER, "manifest1provider")
+    for i in range(TENANTS):
+        tenant = f"manifest1tenant{i:05d}"
+        model.fund_credit(tenant, [Coin("umfx", 10**12 + i), Coin("upwr", 10**9)])
+        for price in (1 + i % 7, 3):
+            model.create_lease(tenant, PROVIDER, [LeaseItem("sku-1", 1, Coin("umfx", price))])
+    client = ModelChainClient(model, PROVIDER, "manifest1provider")
+    client.faults.fail_rate("credit_account", 0.05)
+    writer = CaptureWriter(CaptureSettings(directory=directory), clock_now=clock.now, config=config).open()
+    dispatcher = ManualDispatcher(clock.now, tap=writer)
+    sidecar = Sidecar(clock=clock, dispatcher=dispatcher, client=client, settings=config.scheduler,
+                      provider_uuid=PROVIDER)
+    started = time.perf_counter()
+    sidecar.withdraw_once()
+    sidecar.start()
+    end = clock.now() + timedelta(minutes=MINUTES)
+    sidecar.settle()
+    while (nxt := clock.next_timer()) is not None and nxt <= end:
+        clock.advance_to(nxt)
+        sidecar.settle()
+    sidecar.stop()
+    writer.close()
+    return writer.paths, time.perf_counter() - started
+
+
+def bodies(paths: list[str]) -> list[bytes]:
+    out = []
+    for p in paths:
+        data = open(p, "rb").read()
+        pos = FILE_HEADER.size
+        while pos < len(data):
+            _, length, _ = FRAME_HEADER.unpack_from(data, pos)
+            out.append(data[pos + FRAME_HEADER.size : pos + FRAME_HEADER.size + length])
+            pos += FRAME_HEADER.size + length
+    return out
+
+
+def best(fn) -> float:
+    times = []
+    for _ in range(REPEATS):
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return min(times)
+
+
+def main() -> int:
+    directory = tempfile.mkdtemp(prefix="lw-replay-bench-")
+    try:
+        paths, took = make_capture(directory)
+        recs = bodies(paths)  # frame bodies: a frame holds a batch of deliveries
+        n = sum(1 for _ in CaptureReader(paths))
+        size = sum(os.path.getsize(p) for p in paths)
+        print(f"capture: {n:,} records in {len(recs):,} frames, {size / 1e6:.1f} MB in {len(paths)} file(s), "
+              f"{TENANTS} tenants x {MINUTES} one-minute checks (made in {took:.1f} s)")
+
+        unpackb = msgpack.unpackb
+
+        def baseline() -> None:
+            for b in recs:
+                unpackb(b, timestamp=3)
+
+        def reader() -> None:
+            for _ in CaptureReader(paths):
+                pass
+
+        entries: list = []
+
+        def cores_alone() -> None:
+            if not entries:  # read once, outside the timing, and kept out of the collector's way
+                entries.extend(CaptureReader(paths, file_parts=True))
+                gc.collect()
+                gc.freeze()
+            start = next(e.record for e in entries if isinstance(e.record, RunStart))
+            config, _ = replay_config(start.config)
+            cores: dict[str, object] = {}
+            for e in entries:
+                r = e.record
+                if type(r) is DeliveryRecord and is_replayed(r.recipient):
+                    core = cores.get(r.recipient)
+                    if core is None:
+                        core = cores[r.recipient] = build_core(r.recipient, config)
+                    core.handle(r.message, r.at)  # type: ignore[attr-defined]
+
+        divergences = []
+
+        def replay() -> None:
+            divergences.clear()
+            for event in Replayer(build_core).replay(CaptureReader(paths, file_parts=True)):
+                if isinstance(event, Divergence):
+                    divergences.append(event)
+
+        cost = {}
+        cores_alone()  # the first call reads the records
+        for name, fn in (("msgpack alone (baseline)", baseline), ("reader", reader), ("replay", replay),
+                         ("cores alone", cores_alone)):
+            cost[name] = best(fn) / n
+        base = cost["msgpack alone (baseline)"]
+        for name, c in cost.items():
+            print(f"{name:<26} {1 / c:>10,.0f} records/s  {c * 1e6:7.1f} us/record  {base / c:6.2f}x baseline")
+        machinery = cost["replay"] - cost["reader"] - cost["cores alone"]
+        print(f"replay machinery (replay - reader - cores): {machinery * 1e6:.1f} us/record")
+        verdict = "meets" if 1 / cost["replay"] >= TARGET else "MISSES"
+        print(f"replay {verdict} the target of {TARGET:,} records/s; divergences: {len(divergences)}")
+        return 0 if not divergences else 1
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
