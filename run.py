@@ -65,7 +65,6 @@ def load(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runtime.dispatch import ThreadedDispatcher
     from sidecar.runner import build, describe
     from sidecar.summary import RunSummary
 
@@ -75,8 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(clock, args.log_level)
     log = logging.getLogger("leasewarden")
     summary = RunSummary()
-    dispatcher = ThreadedDispatcher(clock.now, workers=2, tap=summary)
-    running = build(config, clock, dispatcher)
+    running = build(config, clock, taps=(summary,))
     for line in describe(running):
         log.info(line)
     s = config.scheduler
@@ -99,7 +97,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         watched = len(running.sidecar.scheduler_core.tenants)
         running.close()
-        dispatcher.shutdown()
         clock.close()
     log.info(f"stopped after {format_duration(clock.now() - started)} of chain time")
     for line in summary.lines():
@@ -145,6 +142,12 @@ def parser() -> argparse.ArgumentParser:
                            description="Validate the configuration file and print every setting in force "
                                        "(secrets left out). Exit status 2 on a bad value.")
     check.set_defaults(func=cmd_check_config)
+
+    from ledger.cli import add_commands as add_ledger_commands
+    from replay.cli import add_command as add_replay_command
+
+    add_ledger_commands(sub, load_config)
+    add_replay_command(sub, load_config)
     return p
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from actors.effects import Core, Effect, Note, Retire, Send, Spawn
 from runtime.clock import Clock, TimerHandle
-from runtime.dispatch import Dispatcher, PooledActor
+from runtime.dispatch import Dispatcher, PooledActor, delivery_time
 from runtime.router import Router
 
 __all__ = ["CoreShell", "CoreActor", "decisions", "start_actor"]
@@ -45,7 +45,9 @@ class CoreShell:
     _timers: list[TimerHandle]
 
     def on_receive(self, message: Any) -> Any:
-        self.apply(self.core.handle(message, self.clock.now()))
+        # The delivery's time, as captured: replay decides with the same now.
+        now = delivery_time() or self.clock.now()
+        self.apply(self.core.handle(message, now))
 
     def apply(self, effects: list[Effect]) -> None:
         for effect in effects:

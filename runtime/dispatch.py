@@ -46,6 +46,7 @@ __all__ = [
     "PooledActor",
     "sending_as",
     "current_sender",
+    "delivery_time",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ EXTERNAL = "external"
 class _Context(threading.local):
     sender: str = EXTERNAL
     cause: int = 0
+    #: the clock's time of the delivery being handled on this thread
+    now: datetime | None = None
 
 
 _context = _Context()
@@ -78,6 +81,15 @@ def sending_as(name: str, cause: int = 0) -> Iterator[None]:
 
 def current_sender() -> tuple[str, int]:
     return _context.sender, _context.cause
+
+
+def delivery_time() -> datetime | None:
+    """The clock's time of the delivery being handled on this thread (None outside one).
+
+    Read once per delivery, it is both what a capture records and the ``now``
+    a core decides with, so a replay on the captured times decides alike.
+    """
+    return _context.now
 
 
 class Delivery:
@@ -182,11 +194,12 @@ class Dispatcher:
         message = envelope.message
         seq = next(self._seq)
         self.delivered += 1
+        now = self.clock_now()
         tap = self.tap
         if tap is not None and not isinstance(message, pykka_messages._ActorStop):
-            tap(Delivery(seq, self.clock_now(), sender, actor.address, cause, message))
-        prev = (_context.sender, _context.cause)
-        _context.sender, _context.cause = actor.address, seq
+            tap(Delivery(seq, now, sender, actor.address, cause, message))
+        prev = (_context.sender, _context.cause, _context.now)
+        _context.sender, _context.cause, _context.now = actor.address, seq, now
         try:
             response = actor._handle_receive(message)
             if envelope.reply_to is not None:
@@ -205,7 +218,7 @@ class Dispatcher:
             actor._stop()
             pykka.ActorRegistry.stop_all(block=False)
         finally:
-            _context.sender, _context.cause = prev
+            _context.sender, _context.cause, _context.now = prev
 
     def wait(self, future: pykka.Future[Any], timeout: float | None = None) -> Any:
         """The future's value, letting this dispatcher make progress meanwhile."""

@@ -6,22 +6,33 @@
   around the same model, reached through the production client code.
 - ``node``: a real node's endpoints from ``[node]``.
 
+Whatever the mode, the optional parts come from their sections: the ledger
+(``[ledger] path``; tenant state is restored from it at start), capture
+(``[capture] enabled``).
+
 ``build`` returns a ``Running`` whose ``sidecar`` is ready for
-``withdraw_once()``/``start()`` and whose ``close()`` undoes everything.
+``withdraw_once()``/``start()`` and whose ``close()`` undoes everything, in
+the order that loses nothing: actors first, then the ledger writer (which
+writes what it holds), then the capture (which writes what it holds).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
+from typing import Any
+
+from actors.chain_io import InlineExecutor
+from actors.cores import billing_tick_interval
 from chain.faults import Faults
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from devnet.demo import PROVIDER_ADDRESS, DemoWorld
 from runtime.clock import Clock
-from runtime.dispatch import Dispatcher
+from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
 from sidecar.app import ModelEventFeed, Sidecar
 from sidecar.config import Config
 
@@ -33,9 +44,14 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Running:
     sidecar: Sidecar
+    dispatcher: Dispatcher
     model: BillingModel | None = None
     world: DemoWorld | None = None
     faults: Faults | None = None
+    ledger: Any = None
+    capture: Any = None
+    #: tenants whose state was restored from the ledger at start
+    restored: int = 0
     #: where the chain is, for the operator
     endpoint: str = ""
     closers: list[Callable[[], None]] = field(default_factory=list)
@@ -51,7 +67,81 @@ class Running:
                 logger.exception("error while shutting down")
 
 
-def build(config: Config, clock: Clock, dispatcher: Dispatcher, *, demo: bool = True) -> Running:
+def embedded_ledger_path(path: Path) -> Path:
+    """Where the books of an embedded chain go: beside ``[ledger] path``, never in it."""
+    return path.with_name(f"{path.stem}-embedded{path.suffix}")
+
+
+def _open_ledger(config: Config) -> Any:
+    """The ledger named by ``[ledger] path`` (None when it is empty).
+
+    An embedded chain (model, devnet) lives only as long as this process, so
+    books kept for the previous one describe leases that no longer exist:
+    restored, they would be metered as if still running. Its ledger is a file
+    of its own, and the previous run's is moved aside (to ``*.previous``),
+    never deleted.
+    """
+    from ledger.settings import resolve_ledger_path
+    from ledger.store import Ledger
+
+    path = resolve_ledger_path(config.ledger, config.source)
+    if path is None:
+        return None
+    if config.chain.mode in ("model", "devnet"):
+        path = embedded_ledger_path(path)
+        if path.exists():
+            for suffix in ("", "-wal", "-shm"):
+                old = Path(f"{path}{suffix}")
+                if old.exists():
+                    old.replace(Path(f"{path.with_suffix('.previous' + path.suffix)}{suffix}"))
+            logger.info("the previous embedded chain's ledger was moved to %s", path.with_suffix(".previous" + path.suffix))
+    return Ledger.open(path, config.provider.uuid, synchronous=config.ledger.synchronous)
+
+
+def _open_capture(config: Config, clock: Clock) -> Any:
+    if not config.capture.enabled:
+        return None
+    from capture.writer import CaptureWriter
+
+    return CaptureWriter(config.capture, clock_now=clock.now, config=config).open()
+
+
+def build(
+    config: Config,
+    clock: Clock,
+    *,
+    manual: bool = False,
+    taps: tuple[DeliveryTap, ...] = (),
+    demo: bool = True,
+) -> Running:
+    """Everything ``config`` asks for, built on ``clock``; nothing runs until ``start()``.
+
+    ``manual``: a ``ManualDispatcher`` (tests, replay checks); otherwise two
+    worker threads shared by every actor.
+    """
+    capture = _open_capture(config, clock)
+    tap = fan_out(*taps, capture)
+    dispatcher: Dispatcher = ManualDispatcher(clock.now, tap=tap) if manual else ThreadedDispatcher(
+        clock.now, workers=2, tap=tap
+    )
+    closers: list[Callable[[], None]] = []
+    if capture is not None:
+        closers.append(capture.close)
+    if not manual:
+        closers.append(dispatcher.shutdown)
+    ledger = _open_ledger(config)
+    parts: list[Callable[[Sidecar], Any]] = []
+    restored: list[Any] = []
+    if ledger is not None:
+        from actors.ledger_writer import start_ledger_writer
+
+        restored = ledger.tenant_snapshots()
+        closers.append(ledger.close)
+        parts.append(
+            lambda s: start_ledger_writer(
+                s.router, clock, ledger, config.ledger, dispatcher=dispatcher if manual else None, tap=tap
+            )
+        )
     mode = config.chain.mode
     provider = config.provider.uuid
     if mode == "model":
@@ -70,15 +160,27 @@ def build(config: Config, clock: Clock, dispatcher: Dispatcher, *, demo: bool = 
             client=client,
             settings=config.scheduler,
             provider_uuid=provider,
-            extra=[lambda s: ModelEventFeed(model, s.router)],
+            billing_tick_interval=billing_tick_interval(config),
+            # The chain is in this process: a read never waits on I/O, so a
+            # thread pool would only add switching.
+            reads=InlineExecutor(),
+            restored=restored,
+            extra=[lambda s: ModelEventFeed(model, s.router), *parts],
             on_stop=[client.close],
         )
-        return Running(sidecar, model, world, faults, endpoint="in-process chain model")
+        return Running(
+            sidecar, dispatcher, model, world, faults, ledger, capture, len(restored),
+            endpoint="in-process chain model", closers=closers,
+        )
     raise NotImplementedError(f"chain mode {mode!r} is not available in this build")
 
 
 def describe(running: Running) -> list[str]:
     out = [f"chain: {running.endpoint}"]
+    if running.ledger is not None:
+        out.append(f"ledger: {running.ledger.path} ({running.restored} tenant(s) restored)")
+    if running.capture is not None:
+        out.append(f"capture: {running.capture.settings.directory}/ (replay with: python run.py replay {running.capture.settings.directory})")
     if running.world is not None:
         t = running.world.tenants
         out.append(

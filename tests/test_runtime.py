@@ -74,8 +74,8 @@ def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
 def test_threaded_dispatcher_runs_each_actor_one_message_at_a_time() -> None:
     clock = ManualClock()
     d = ThreadedDispatcher(clock.now, workers=2, throughput=3)
+    refs = [Counter.start(d, f"c{i}") for i in range(20)]
     try:
-        refs = [Counter.start(d, f"c{i}") for i in range(20)]
         for r in refs:
             for j in range(50):
                 r.tell(j)
@@ -86,7 +86,8 @@ def test_threaded_dispatcher_runs_each_actor_one_message_at_a_time() -> None:
             assert actor.handled == list(range(50)) + ["done"]
             assert actor.max_active == 1
     finally:
-        pykka.ActorRegistry.stop_all()
+        for r in refs:
+            r.stop(timeout=5)
         d.shutdown()
 
 
