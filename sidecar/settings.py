@@ -57,5 +57,7 @@ class DemoSettings:
 
 
 import actors.settings  # noqa: E402,F401  (sections declared beside their parts)
+import chain.node_settings  # noqa: E402,F401  ([node])
+import devnet.settings  # noqa: E402,F401  ([devnet])
 import ledger.settings  # noqa: E402,F401  ([ledger])
 import capture.settings  # noqa: E402,F401  ([capture])

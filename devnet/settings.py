@@ -1,0 +1,70 @@
+"""``[devnet]``: the embedded chain simulator's block time, ports and faults.
+
+Read by the devnet node and gRPC server (block time, gRPC port, min gas
+price, latency and error rate per call, a syncing node) and by the devnet
+websocket server (its port, the per-client subscription cap, periodic
+drops, the slow-client limit). Ports default to 0: a free loopback port,
+announced by ``start_devnet``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+
+from sidecar.config import section, setting
+
+__all__ = ["DevnetSettings", "parse_error_rates"]
+
+
+def parse_error_rates(entries: tuple[str, ...]) -> dict[str, float]:
+    """``("CreditAccount=0.05", "BroadcastTx=0.01")`` -> {method: probability}. Raises ValueError."""
+    rates: dict[str, float] = {}
+    for entry in entries:
+        method, sep, value = entry.partition("=")
+        method = method.strip()
+        if not sep or not method:
+            raise ValueError(f"error_rates: expected \"Method=probability\", got {entry!r}")
+        try:
+            rate = float(value)
+        except ValueError:
+            raise ValueError(f"error_rates: {entry!r}: {value.strip()!r} is not a number") from None
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"error_rates: {entry!r}: probability must be between 0 and 1")
+        rates[method] = rate
+    return rates
+
+
+@section("devnet")
+@dataclass(frozen=True)
+class DevnetSettings:
+    block_time: timedelta = setting(
+        timedelta(seconds=5), "a block (with the pending txs) is cut this often on the clock",
+        min=timedelta(milliseconds=1),
+    )
+    host: str = setting("127.0.0.1", "address the devnet's gRPC and websocket servers listen on")
+    grpc_port: int = setting(0, "gRPC port; 0: a free port", min=0, max=65535)
+    websocket_port: int = setting(0, "websocket port; 0: a free port", min=0, max=65535)
+    latency: timedelta = setting(timedelta(0), "added to every gRPC call (real time), e.g. \"5ms\"")
+    error_rates: tuple[str, ...] = setting(
+        (), 'gRPC methods failing with UNAVAILABLE at random, e.g. ["CreditAccount=0.05", "BroadcastTx=0.01"]'
+    )
+    error_seed: int = setting(1, "seed of the random failures, so a run can be repeated")
+    catching_up: bool = setting(False, "the node reports it is syncing (its state is stale)")
+    min_gas_price: str = setting("0.01", "smallest fee per gas the node accepts, in umfx (a decimal)")
+    provider_funds: int = setting(10**12, "umfx the devnet's provider account starts with, for fees", min=0)
+    ws_max_subscriptions: int = setting(5, "subscriptions one websocket client may hold", min=1, max=1000)
+    ws_drop_interval: timedelta = setting(timedelta(0), "drop every websocket client this often; 0: never")
+    ws_slow_client_queue: int = setting(
+        1000, "frames queued for one websocket client before it is dropped as slow", min=1
+    )
+
+    def validate(self) -> None:
+        parse_error_rates(self.error_rates)
+        try:
+            price = Decimal(self.min_gas_price)
+        except InvalidOperation:
+            raise ValueError(f"min_gas_price: not a decimal number: {self.min_gas_price!r}") from None
+        if not price.is_finite() or price < 0:
+            raise ValueError(f"min_gas_price: must be a non-negative decimal, got {self.min_gas_price!r}")
