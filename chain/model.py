@@ -15,19 +15,25 @@ gRPC server. It is thread-safe: every call takes one lock.
 
 Every state change emits the chain's events (type + string attributes) to
 the registered listeners, one ``TxEvents`` per call, the way a tx result
-carries them.
+carries them. A node executing txs (the devnet) wraps a tx's calls in
+``in_tx(height, tx_hash)``: their events then go out once, as one
+``TxEvents`` carrying the block height and tx hash, and a failing call
+undoes the whole tx. ``set_block_source`` lets calls made outside a tx
+(genesis, the demo's tenants) carry the node's next block height too.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import itertools
 import threading
 import uuid as uuidlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from chain.errors import (
     CREDIT_ACCOUNT_NOT_FOUND,
@@ -106,6 +112,13 @@ class CloseResult:
 
 
 @dataclass
+class _TxContext:
+    height: int
+    tx_hash: str
+    events: list[ChainEvent]
+
+
+@dataclass
 class _Provider:
     uuid: str
     address: str
@@ -130,6 +143,14 @@ class _Lease:
     #: What the lease owed and what it paid, per denom, over its life.
     accrued_total: dict[str, int] = field(default_factory=dict)
     paid_total: dict[str, int] = field(default_factory=dict)
+
+    def clone(self) -> "_Lease":
+        """A copy whose mutable totals are its own (for undoing a failed tx)."""
+        twin = object.__new__(_Lease)
+        twin.__dict__.update(self.__dict__)
+        twin.accrued_total = dict(self.accrued_total)
+        twin.paid_total = dict(self.paid_total)
+        return twin
 
     def snapshot(self) -> Lease:
         return Lease(
@@ -171,6 +192,10 @@ class BillingModel:
         self._listeners: list[Callable[[TxEvents], None]] = []
         self._tx_counter = itertools.count(1)
         self.height = 1
+        #: The tx being executed by ``in_tx`` (its events are held until it ends).
+        self._tx: _TxContext | None = None
+        #: Height a call outside a tx is attributed to (a node's next block).
+        self._block_source: Callable[[], int] | None = None
 
     # -- wiring ---------------------------------------------------------------
     def subscribe(self, listener: Callable[[TxEvents], None]) -> None:
@@ -178,11 +203,65 @@ class BillingModel:
         with self._lock:
             self._listeners.append(listener)
 
+    def set_block_source(self, source: Callable[[], int] | None) -> None:
+        """Calls made outside ``in_tx`` take their event height from ``source()``."""
+        with self._lock:
+            self._block_source = source
+
+    @contextmanager
+    def in_tx(self, height: int, tx_hash: str, *, atomic: bool = True) -> Iterator[None]:
+        """Run the calls inside as one tx included at ``height`` with hash ``tx_hash``.
+
+        Their events are emitted once, when the block leaves the context, as
+        one ``TxEvents(height, tx_hash, ...)``. With ``atomic``, an exception
+        undoes every change the calls made (a tx with several messages is
+        all or nothing; one call alone already is). The lock is held
+        throughout, so no other call interleaves with the tx.
+        """
+        with self._lock:
+            if self._tx is not None:
+                raise RuntimeError("in_tx: a tx is already being executed")
+            saved = self._snapshot() if atomic else None
+            ctx = _TxContext(height, tx_hash, [])
+            self._tx = ctx
+            try:
+                yield
+            except BaseException:
+                if saved is not None:
+                    self._restore(saved)
+                raise
+            finally:
+                self._tx = None
+            self.height = max(self.height, height)
+            if ctx.events:
+                tx = TxEvents(height, tx_hash, self.clock.now(), tuple(ctx.events))
+                for listener in list(self._listeners):
+                    listener(tx)
+
+    def _snapshot(self) -> tuple:
+        """Copies of every mutable piece of state (lease items and rates are never mutated)."""
+        return (
+            {u: dataclasses.replace(p, active=list(p.active)) for u, p in self._providers.items()},
+            {t: dict(b) for t, b in self._balances.items()},
+            {u: lease.clone() for u, lease in self._leases.items()},
+            {t: set(s) for t, s in self._tenant_active.items()},
+            {t: set(s) for t, s in self._tenant_pending.items()},
+        )
+
+    def _restore(self, saved: tuple) -> None:
+        (self._providers, self._balances, self._leases, self._tenant_active, self._tenant_pending) = saved
+
     def _emit(self, events: Sequence[ChainEvent], now: datetime) -> str:
+        if self._tx is not None:
+            self._tx.events.extend(events)
+            return self._tx.tx_hash
         tx_hash = hashlib.sha256(f"{self.chain_id}/{next(self._tx_counter)}".encode()).hexdigest().upper()
         if not events:
             return tx_hash
-        self.height += 1
+        if self._block_source is not None:
+            self.height = max(self.height, self._block_source())
+        else:
+            self.height += 1
         tx = TxEvents(self.height, tx_hash, now, tuple(events))
         for listener in list(self._listeners):
             listener(tx)
