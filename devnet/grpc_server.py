@@ -1,0 +1,318 @@
+"""The devnet's gRPC endpoint: what cosmpy and the sidecar call on a node, on loopback.
+
+Services (each unimplemented method answers UNIMPLEMENTED, as a node
+without that module would):
+
+- ``cosmos.auth.v1beta1.Query/Account``: the ``BaseAccount`` (number,
+  committed sequence); NOT_FOUND for an unknown address.
+- ``cosmos.tx.v1beta1.Service``: ``Simulate`` (UNKNOWN with the node's
+  error text on failure, as the SDK answers), ``BroadcastTx`` (sync: the
+  CheckTx code in ``tx_response``), ``GetTx`` (NOT_FOUND until included).
+- ``cosmos.base.tendermint.v1beta1.Service``: ``GetLatestBlock`` (height,
+  time, chain id), ``GetSyncing`` (``catching_up``) and ``GetNodeInfo``
+  (the chain id as ``network``).
+- ``liftedinit.billing.v1.Query``: lease, leases by provider (paged by
+  ``PageRequest.key``/``limit``), credit account, provider withdrawable,
+  credit estimate; module errors as gRPC statuses whose text ends in the
+  registered description (``chain.sdk_errors``).
+
+``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
+at random or the next N times with UNAVAILABLE, and can *lose a response*:
+run the call, then answer UNAVAILABLE, as when a connection drops after
+the node accepted a tx.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import grpc
+from google.protobuf.any_pb2 import Any as ProtoAny
+
+from chain.billing_codec import (
+    coins_to_proto,
+    credit_account_to_proto,
+    credit_estimate_to_proto,
+    lease_to_proto,
+    time_to_proto,
+)
+from chain.billing_pb import query_pb2, query_pb2_grpc, types_pb2
+from chain.errors import BILLING, CREDIT_ACCOUNT_NOT_FOUND, INVALID_REQUEST, LEASE_NOT_FOUND, ChainError
+from chain.sdk_errors import describe
+from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
+from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
+from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
+from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
+from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1PubKey
+from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc, tx_pb2
+from cosmpy.protos.tendermint.p2p import types_pb2 as p2p_types
+from cosmpy.protos.tendermint.types import block_pb2 as tm_block, types_pb2 as tm_types
+from devnet.node import DevnetNode, TxRejected
+
+__all__ = ["DevnetGrpcServer", "GrpcFaults"]
+
+#: LeasesByProvider page size when the request gives none (the SDK's default).
+DEFAULT_PAGE_LIMIT = 100
+#: Largest page a query answers, whatever the request asks.
+MAX_PAGE_LIMIT = 1000
+
+
+class GrpcFaults(grpc.ServerInterceptor):
+    """Latency and failures per gRPC method name (``CreditAccount``, ``BroadcastTx``...)."""
+
+    def __init__(self, latency: float = 0.0, error_rates: dict[str, float] | None = None, seed: int = 1) -> None:
+        self.latency = latency
+        self._rates = dict(error_rates or {})
+        self._fail_next: dict[str, int] = {}
+        self._lose_next: dict[str, int] = {}
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+
+    def set_error_rate(self, method: str, rate: float) -> None:
+        with self._lock:
+            self._rates[method] = rate
+
+    def fail_next(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` answer UNAVAILABLE without running."""
+        with self._lock:
+            self._fail_next[method] = self._fail_next.get(method, 0) + times
+
+    def lose_response(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` run, then answer UNAVAILABLE (the reply is lost)."""
+        with self._lock:
+            self._lose_next[method] = self._lose_next.get(method, 0) + times
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rates.clear()
+            self._fail_next.clear()
+            self._lose_next.clear()
+            self.latency = 0.0
+
+    def _take(self, table: dict[str, int], method: str) -> bool:
+        if table.get(method, 0) > 0:
+            table[method] -= 1
+            return True
+        return False
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+
+        def call(request, context):
+            with self._lock:
+                self.calls[method] = self.calls.get(method, 0) + 1
+                fail = self._take(self._fail_next, method) or (
+                    self._rates.get(method, 0.0) > 0 and self._random.random() < self._rates[method]
+                )
+                lose = self._take(self._lose_next, method)
+            if self.latency:
+                time.sleep(self.latency)
+            if fail:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"devnet: injected failure of {method}")
+            response = inner(request, context)
+            if lose:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"devnet: connection lost after {method}")
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            call,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _abort_chain_error(context: grpc.ServicerContext, exc: ChainError) -> None:
+    if exc.codespace == BILLING and exc.code in (LEASE_NOT_FOUND, CREDIT_ACCOUNT_NOT_FOUND):
+        status = grpc.StatusCode.NOT_FOUND
+    elif exc.codespace == BILLING and exc.code == INVALID_REQUEST:
+        status = grpc.StatusCode.INVALID_ARGUMENT
+    else:
+        status = grpc.StatusCode.UNKNOWN
+    context.abort(status, describe(exc.codespace, exc.code, exc.message))
+
+
+def _model_call(context: grpc.ServicerContext, fn: Callable):
+    try:
+        return fn()
+    except ChainError as exc:
+        _abort_chain_error(context, exc)
+
+
+class _AuthQuery(auth_grpc.QueryServicer):
+    def __init__(self, node: DevnetNode) -> None:
+        self.node = node
+
+    def Account(self, request, context):
+        found = self.node.account(request.address)
+        if found is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"account {request.address} not found")
+        account = auth_pb2.BaseAccount(
+            address=request.address, account_number=found.number, sequence=found.sequence
+        )
+        if found.pubkey:  # set by the account's first included tx
+            account.pub_key.Pack(Secp256k1PubKey(key=found.pubkey), type_url_prefix="/")
+        packed = ProtoAny()
+        packed.Pack(account, type_url_prefix="/")
+        return auth_query.QueryAccountResponse(account=packed)
+
+
+class _TxService(tx_grpc.ServiceServicer):
+    def __init__(self, node: DevnetNode) -> None:
+        self.node = node
+
+    def Simulate(self, request, context):
+        raw = request.tx_bytes or request.tx.SerializeToString()
+        try:
+            gas_used, result = self.node.simulate(raw)
+        except TxRejected as rej:
+            context.abort(grpc.StatusCode.UNKNOWN, f"{rej.log} With gas wanted: '0' and gas used: '0' ")
+        return tx_service.SimulateResponse(
+            gas_info=abci_pb2.GasInfo(gas_wanted=0, gas_used=gas_used), result=result
+        )
+
+    def BroadcastTx(self, request, context):
+        if request.mode not in (tx_service.BROADCAST_MODE_SYNC, tx_service.BROADCAST_MODE_ASYNC):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only BROADCAST_MODE_SYNC and ASYNC are supported")
+        if not request.tx_bytes:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "invalid empty tx")
+        r = self.node.check_tx(request.tx_bytes)
+        return tx_service.BroadcastTxResponse(
+            tx_response=abci_pb2.TxResponse(
+                txhash=r.txhash, code=r.code, codespace=r.codespace, raw_log=r.log, gas_wanted=r.gas_wanted
+            )
+        )
+
+    def GetTx(self, request, context):
+        if not request.hash:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be nil")
+        found = self.node.get_tx(request.hash)
+        if found is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"tx not found: {request.hash}")
+        tx = tx_pb2.Tx()
+        found.tx.Unpack(tx)
+        return tx_service.GetTxResponse(tx=tx, tx_response=found)
+
+
+class _TendermintService(tm_grpc.ServiceServicer):
+    def __init__(self, node: DevnetNode) -> None:
+        self.node = node
+
+    def GetSyncing(self, request, context):
+        return tm_query.GetSyncingResponse(syncing=self.node.status().catching_up)
+
+    def GetLatestBlock(self, request, context):
+        status = self.node.status()
+        header = tm_types.Header(
+            chain_id=self.node.chain_id,
+            height=status.latest_block_height,
+            time=time_to_proto(status.latest_block_time),
+        )
+        response = tm_query.GetLatestBlockResponse(block=tm_block.Block(header=header))
+        response.sdk_block.header.chain_id = header.chain_id
+        response.sdk_block.header.height = header.height
+        response.sdk_block.header.time.CopyFrom(header.time)
+        return response
+
+    def GetNodeInfo(self, request, context):
+        return tm_query.GetNodeInfoResponse(
+            default_node_info=p2p_types.DefaultNodeInfo(network=self.node.chain_id, moniker="leasewarden-devnet")
+        )
+
+
+class _BillingQuery(query_pb2_grpc.QueryServicer):
+    def __init__(self, node: DevnetNode) -> None:
+        self.model = node.model
+
+    def Lease(self, request, context):
+        if not request.lease_uuid:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, describe(BILLING, INVALID_REQUEST, "empty lease uuid"))
+        lease = _model_call(context, lambda: self.model.lease(request.lease_uuid))
+        return query_pb2.QueryLeaseResponse(lease=lease_to_proto(lease))
+
+    def LeasesByProvider(self, request, context):
+        page = request.pagination
+        if page.offset or page.reverse:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                describe(BILLING, INVALID_REQUEST, "the devnet pages by key only (no offset, no reverse)"),
+            )
+        limit = min(page.limit or DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT)
+        state = _state_name(request.state_filter) if request.state_filter else ""
+        leases, next_key = _model_call(
+            context, lambda: self.model.leases_by_provider(request.provider_uuid, state, page.key, limit)
+        )
+        return query_pb2.QueryLeasesByProviderResponse(
+            leases=[lease_to_proto(lease) for lease in leases],
+            pagination=pagination_pb2.PageResponse(next_key=next_key),
+        )
+
+    def CreditAccount(self, request, context):
+        account = _model_call(context, lambda: self.model.credit_account(request.tenant))
+        return credit_account_to_proto(account)
+
+    def ProviderWithdrawable(self, request, context):
+        amounts, count = _model_call(
+            context, lambda: self.model.provider_withdrawable(request.provider_uuid, request.limit)
+        )
+        return query_pb2.QueryProviderWithdrawableResponse(amounts=coins_to_proto(amounts), lease_count=count)
+
+    def CreditEstimate(self, request, context):
+        estimate = _model_call(context, lambda: self.model.credit_estimate(request.tenant))
+        return credit_estimate_to_proto(estimate)
+
+
+def _state_name(value: int) -> str:
+    return types_pb2.LeaseState.Name(value)[len("LEASE_STATE_"):]
+
+
+class DevnetGrpcServer:
+    """The gRPC server in front of a ``DevnetNode``; ``start()`` returns the bound port."""
+
+    def __init__(
+        self,
+        node: DevnetNode,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        faults: GrpcFaults | None = None,
+        max_workers: int = 64,
+    ) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self.faults = faults or GrpcFaults()
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="devnet-grpc"),
+            interceptors=[self.faults],
+        )
+        auth_grpc.add_QueryServicer_to_server(_AuthQuery(node), self._server)
+        tx_grpc.add_ServiceServicer_to_server(_TxService(node), self._server)
+        tm_grpc.add_ServiceServicer_to_server(_TendermintService(node), self._server)
+        query_pb2_grpc.add_QueryServicer_to_server(_BillingQuery(node), self._server)
+        self._started = False
+
+    def start(self) -> int:
+        bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"devnet gRPC server cannot listen on {self.host}:{self.port}")
+        self.port = bound
+        self._server.start()
+        self._started = True
+        return bound
+
+    @property
+    def url(self) -> str:
+        return f"grpc+http://{self.host}:{self.port}"
+
+    def stop(self, grace: float = 0.5) -> None:
+        if self._started:
+            self._server.stop(grace).wait(grace + 1)
+            self._started = False

@@ -1,0 +1,110 @@
+"""A devnet on a manual clock for tests that go through real gRPC on loopback.
+
+Blocks are cut on the injected clock; in tests that clock is a
+``ManualClock``, so something must move it. ``BlockProducer`` does what a
+validator set does for the chain: whenever a tx waits in the mempool, it
+advances the clock by one ``block_time``, which fires the node's block
+timer. Time therefore moves only when a tx needs a block, and the amounts
+settled by a tx are exact functions of the tx sequence.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from chain.cosmpy_client import CosmpyChainClient
+from chain.model import BillingModel
+from devnet.embedded import Devnet, start_devnet
+from messages.chain import LeaseItem
+from messages.coins import Coin
+from runtime.clock import ManualClock, utc
+from sidecar.config import Config, load_config
+
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+OTHER_PROVIDER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+OTHER_ADDRESS = "manifest1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqjpzgn4"
+
+
+class BlockProducer:
+    """Advances the manual clock one block whenever the node's mempool holds a tx."""
+
+    def __init__(self, devnet: Devnet, clock: ManualClock) -> None:
+        self.devnet = devnet
+        self.clock = clock
+        self._running = threading.Event()
+        self._running.set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="block-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        node = self.devnet.node
+        while not self._stop.is_set():
+            if not self._running.wait(0.05):
+                continue
+            if node.wait_for_mempool(0.05) and self._running.is_set() and not self._stop.is_set():
+                self.clock.advance(node.block_time)
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+@dataclass
+class World:
+    config: Config
+    clock: ManualClock
+    model: BillingModel
+    devnet: Devnet
+    blocks: BlockProducer
+
+    @property
+    def node(self):
+        return self.devnet.node
+
+    def client(self, **overrides: Any) -> CosmpyChainClient:
+        return self.devnet.client(self.config, **overrides)
+
+    def lease(self, tenant: str, price: int = 10, provider: str = PROVIDER, quantity: int = 1) -> str:
+        return self.model.create_lease(tenant, provider, [LeaseItem("sku-1", quantity, Coin("umfx", price))]).uuid
+
+    def tenant(self, name: str, umfx: int = 10**9) -> str:
+        address = f"manifest1{name}"
+        self.model.fund_credit(address, [Coin("umfx", umfx)])
+        return address
+
+    def close(self) -> None:
+        self.blocks.stop()
+        self.devnet.stop()
+
+
+def make_world(websocket: bool = False, **devnet_settings: Any) -> World:
+    config = load_config(
+        overrides={
+            "provider": {"uuid": PROVIDER},
+            "devnet": {"block_time": "5s", **devnet_settings},
+            "node": {"tx_poll_interval": "2ms", "tx_timeout": "10s", "query_timeout": "5s"},
+        }
+    )
+    clock = ManualClock(utc(2026, 3, 1))
+    model = BillingModel(clock, chain_id=config.chain.chain_id)
+    devnet = start_devnet(config, clock, model, websocket=websocket)
+    model.register_provider(OTHER_PROVIDER, OTHER_ADDRESS)
+    return World(config, clock, model, devnet, BlockProducer(devnet, clock))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
