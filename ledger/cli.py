@@ -85,7 +85,7 @@ def open_ledger(config: Any) -> Ledger:
     path = resolve_ledger_path(settings, config.source)
     if path is None:
         raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
-    return Ledger.open(path, config.provider.uuid)
+    return Ledger.open(path, config.provider.uuid, synchronous=settings.synchronous)
 
 
 def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argparse.Namespace, load_config: LoadConfig) -> int:

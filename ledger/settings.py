@@ -33,6 +33,11 @@ class LedgerSettings:
     tick_interval: timedelta = setting(
         timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1)
     )
+    synchronous: str = setting(
+        "full",
+        "full: a committed fact survives a power cut; normal: it survives a crash of the process only (faster)",
+        choices=("full", "normal"),
+    )
 
 
 def resolve_ledger_path(settings: LedgerSettings, config_source: str) -> Path | None:

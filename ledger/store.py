@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 #: wait this long only runs out when another process is stuck holding the lock.
 BUSY_TIMEOUT_S = 30.0
 
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
 #: Lease states after which a lease no longer accrues.
 _ENDED_STATES = ("CLOSED", "EXPIRED", "REJECTED")
 
@@ -205,8 +207,15 @@ class Ledger:
         wall: Callable[[], float] = time.time,
         busy_timeout: float = BUSY_TIMEOUT_S,
         migrations: tuple[Migration, ...] = MIGRATIONS,
+        synchronous: str = "full",
     ) -> "Ledger":
-        """Open (creating and migrating as needed) the ledger at ``path``."""
+        """Open (creating and migrating as needed) the ledger at ``path``.
+
+        ``synchronous``: ``full`` (a commit survives a power cut) or ``normal``
+        (a commit survives the process being killed; faster).
+        """
+        if synchronous not in _SYNCHRONOUS:
+            raise LedgerError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         path = Path(path)
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,9 +230,10 @@ class Ledger:
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.DatabaseError as exc:
                 raise NotALedgerError(f"{path}: not a SQLite database ({exc})") from None
-            # FULL: a committed fact survives a power cut, not only a crash.
-            # The actor batches writes, so this costs one fsync per batch.
-            conn.execute("PRAGMA synchronous = FULL")
+            # FULL: a committed fact survives a power cut, not only a crash of
+            # the process (NORMAL, in WAL mode, survives the latter only). The
+            # actor batches writes, so FULL costs one fsync per batch.
+            conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, str(path), lambda: iso(datetime.fromtimestamp(wall(), timezone.utc)), migrations)
         except BaseException:
@@ -481,6 +491,17 @@ class Ledger:
                 )
             out.append(snapshot)
         return out
+
+    def open_lease_uuids(self) -> list[str]:
+        """Our leases the ledger bills as active, or as closed only by a reconcile's guess:
+        the ones whose end a start-up reconcile reads from the chain."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT uuid FROM leases WHERE provider_uuid = ? AND active_from_us IS NOT NULL "
+                "AND (closed_at_us IS NULL OR closed_at_rank = ?) ORDER BY uuid",
+                (self.provider_uuid, int(Precision.RECONCILE)),
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def lease(self, uuid: str) -> dict[str, Any] | None:
         """One lease row as a dict (for inspection and tests)."""
