@@ -17,7 +17,8 @@ without that module would):
   registered description (``chain.sdk_errors``).
 
 ``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
-at random or the next N times with UNAVAILABLE, and can *lose a response*:
+at random, the next N times, or always for given tenants with UNAVAILABLE
+(the demo's tenants whose credit reads fail), and can *lose a response*:
 run the call, then answer UNAVAILABLE, as when a connection drops after
 the node accepted a tx.
 """
@@ -69,6 +70,8 @@ class GrpcFaults(grpc.ServerInterceptor):
         self._rates = dict(error_rates or {})
         self._fail_next: dict[str, int] = {}
         self._lose_next: dict[str, int] = {}
+        #: method -> request subjects (tenant, lease or provider) whose calls always fail.
+        self._fail_for: dict[str, frozenset[str]] = {}
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
@@ -82,6 +85,11 @@ class GrpcFaults(grpc.ServerInterceptor):
         with self._lock:
             self._fail_next[method] = self._fail_next.get(method, 0) + times
 
+    def fail_for(self, method: str, subjects: frozenset[str]) -> None:
+        """Calls of ``method`` about these tenants (or lease/provider uuids) always answer UNAVAILABLE."""
+        with self._lock:
+            self._fail_for[method] = frozenset(subjects)
+
     def lose_response(self, method: str, times: int = 1) -> None:
         """The next ``times`` calls of ``method`` run, then answer UNAVAILABLE (the reply is lost)."""
         with self._lock:
@@ -92,6 +100,7 @@ class GrpcFaults(grpc.ServerInterceptor):
             self._rates.clear()
             self._fail_next.clear()
             self._lose_next.clear()
+            self._fail_for.clear()
             self.latency = 0.0
 
     def _take(self, table: dict[str, int], method: str) -> bool:
@@ -110,8 +119,10 @@ class GrpcFaults(grpc.ServerInterceptor):
         def call(request, context):
             with self._lock:
                 self.calls[method] = self.calls.get(method, 0) + 1
-                fail = self._take(self._fail_next, method) or (
-                    self._rates.get(method, 0.0) > 0 and self._random.random() < self._rates[method]
+                fail = (
+                    self._take(self._fail_next, method)
+                    or (method in self._fail_for and _subject(request) in self._fail_for[method])
+                    or (self._rates.get(method, 0.0) > 0 and self._random.random() < self._rates[method])
                 )
                 lose = self._take(self._lose_next, method)
             if self.latency:
@@ -128,6 +139,15 @@ class GrpcFaults(grpc.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _subject(request) -> str:
+    """What a request is about: its tenant, lease or provider."""
+    for name in ("tenant", "lease_uuid", "provider_uuid", "address"):
+        value = getattr(request, name, "")
+        if value:
+            return value
+    return ""
 
 
 def _abort_chain_error(context: grpc.ServicerContext, exc: ChainError) -> None:

@@ -284,6 +284,13 @@ def test_transport_failures_are_transient(world: World) -> None:
     assert (info.value.codespace, info.value.transient) == ("transport", True)
     assert client.credit_account(t).balances == coins({"umfx": 10**9})
 
+    other = world.tenant("t2")
+    world.devnet.faults.fail_for("CreditAccount", frozenset({other}))
+    with pytest.raises(ChainError) as info:
+        client.credit_account(other)
+    assert info.value.transient
+    assert client.credit_account(t).balances == coins({"umfx": 10**9})  # only that tenant fails
+
     port = world.devnet.grpc_server.port
     world.devnet.grpc_server.stop(grace=0)
     dead = world.client(query_timeout=0.5)
