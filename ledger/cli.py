@@ -2,8 +2,8 @@
 
 ``add_commands(subparsers, load_config)`` adds them to ``run.py``'s parser;
 each sets ``func`` to a handler taking the parsed arguments and returning the
-exit status. ``load_config(args)`` is ``run.py``'s: it turns the parsed
-arguments (its ``--config``) into a ``sidecar.config.Config``.
+exit status. ``load_config(path)`` is ``sidecar.config.load_config``: it is
+called with the parser's global ``--config`` (``args.config``).
 
 ``python -m ledger.cli`` runs the same commands on their own (with a
 ``--config`` option), which is how the tests drive them.
@@ -34,7 +34,7 @@ from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, t
 
 __all__ = ["add_commands", "main", "format_report", "open_ledger"]
 
-LoadConfig = Callable[[argparse.Namespace], Any]
+LoadConfig = Callable[[Any], Any]
 
 
 def _month_arg(text: str) -> Month:
@@ -90,7 +90,7 @@ def open_ledger(config: Any) -> Ledger:
 
 def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argparse.Namespace, load_config: LoadConfig) -> int:
     try:
-        config = load_config(args)
+        config = load_config(getattr(args, "config", None))
         ledger = open_ledger(config)
     except (LedgerError, NewerSchemaError, NotALedgerError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ledger.cli", description="leasewarden ledger commands")
     parser.add_argument("--config", metavar="FILE", help="config.toml to read (default: built-in defaults)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_commands(sub, lambda args: load_config(args.config))
+    add_commands(sub, load_config)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -167,9 +167,8 @@ class Periods:
         return parse_month(row[0]) if row and row[0] else None
 
     def status(self, month: Month) -> str | None:
-        row = self.ledger.conn.execute(
-            "SELECT status FROM billing_periods WHERE period = ?", (str(month),)
-        ).fetchone()
+        with self.ledger.read() as c:
+            row = c.execute("SELECT status FROM billing_periods WHERE period = ?", (str(month),)).fetchone()
         return row[0] if row else None
 
     def runs(self, month: Month) -> list[RunInfo]:
@@ -181,13 +180,15 @@ class Periods:
         return [_run(r) for r in rows]
 
     def run(self, run_id: str) -> RunInfo | None:
-        row = self.ledger.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        with self.ledger.read() as c:
+            row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _run(row) if row else None
 
     def lock(self, month: Month) -> LockInfo | None:
-        row = self.ledger.conn.execute(
-            "SELECT period, run_id, host, pid, token, heartbeat FROM run_locks WHERE period = ?", (str(month),)
-        ).fetchone()
+        with self.ledger.read() as c:
+            row = c.execute(
+                "SELECT period, run_id, host, pid, token, heartbeat FROM run_locks WHERE period = ?", (str(month),)
+            ).fetchone()
         return LockInfo(*row) if row else None
 
     def list(self) -> list[PeriodInfo]:

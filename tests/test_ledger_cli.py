@@ -175,9 +175,9 @@ def test_add_commands_plugs_into_another_programs_parser(config, books):
     sub = parser.add_subparsers(dest="command")
     seen = []
 
-    def load(args: argparse.Namespace):
-        seen.append(args.config)
-        return load_config(args.config)
+    def load(path):  # type: ignore[no-untyped-def]
+        seen.append(path)
+        return load_config(path)
 
     add_commands(sub, load)
     args = parser.parse_args(["--config", str(config), "meter", "--period", "2026-03", "--now", "2026-04-01T00:00:00Z"])
