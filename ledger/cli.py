@@ -81,10 +81,20 @@ def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
 
 
 def open_ledger(config: Any) -> Ledger:
+    """The ledger the sidecar of this configuration writes.
+
+    An embedded chain (``model``, ``devnet``) keeps its books in a file of its
+    own beside ``[ledger] path`` (``sidecar.runner.embedded_ledger_path``), so
+    the commands read that one in those modes.
+    """
     settings: LedgerSettings = config.ledger
     path = resolve_ledger_path(settings, config.source)
     if path is None:
         raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
+    if config.chain.mode in ("model", "devnet"):
+        from sidecar.runner import embedded_ledger_path
+
+        path = embedded_ledger_path(path)
     return Ledger.open(path, config.provider.uuid, synchronous=settings.synchronous)
 
 

@@ -283,8 +283,9 @@ def _meter_once(
         count, names = _unpriced(reader, month, provider)
         if count:
             raise _Unpriced(
-                f"{count} lease(s) active in {month} have no known price (never read from the chain), "
-                f"e.g. {', '.join(names)}; the sidecar reads them at its next reconcile, then meter again"
+                f"{count} lease(s) active in {month} have no known price, e.g. {', '.join(names)}: the "
+                f"ledger has their events but never the lease as read from the chain (a LeaseObserved or "
+                f"LeasesReconciled gives its items); the month is metered again once it has"
             )
         leases = lines = 0
         batch: list[tuple[object, ...]] = []

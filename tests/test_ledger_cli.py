@@ -14,6 +14,7 @@ import pytest
 
 from ledger.cli import add_commands, main
 from ledger.periods import Month
+from ledger.runs import Periods
 from ledger.store import Ledger
 from messages.chain import Lease, LeaseItem
 from messages.coins import Coin
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def config(tmp_path) -> Path:
     path = tmp_path / "config.toml"
-    path.write_text('[ledger]\npath = "books/ledger.sqlite"\ngrace_hours = 24\n')
+    path.write_text('[chain]\nmode = "node"\n\n[ledger]\npath = "books/ledger.sqlite"\ngrace_hours = 24\n')
     return path
 
 
@@ -186,3 +187,13 @@ def test_add_commands_plugs_into_another_programs_parser(config, books):
     lg = Ledger.open(books, PROVIDER)
     assert lg.conn.execute("SELECT status FROM runs WHERE period = ?", (str(Month(2026, 3)),)).fetchone() == ("completed",)
     lg.close()
+
+
+def test_on_an_embedded_chain_the_commands_read_its_own_books(capsys, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[chain]\nmode = "model"\n\n[ledger]\npath = "books/ledger.sqlite"\n')
+    lg = Ledger.open(tmp_path / "books" / "ledger-embedded.sqlite", PROVIDER)
+    Periods(lg).to_grace(Month(2026, 2), utc(2026, 3, 1))
+    lg.close()
+    code, out, _ = run(capsys, config, "periods")
+    assert code == 0 and "2026-02" in out and "grace" in out
