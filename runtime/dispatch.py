@@ -171,6 +171,12 @@ class _Mailbox:
         self.dispatcher._runnable(self)
 
 
+#: Delivery numbers, shared by every dispatcher in the process: the ledger
+#: writer runs on a dispatcher of its own, and one capture must still have one
+#: order of deliveries.
+_DELIVERY_SEQ = itertools.count(1)
+
+
 class Dispatcher:
     """Runs pooled actors. Subclasses decide on which thread."""
 
@@ -183,7 +189,7 @@ class Dispatcher:
         self.clock_now = clock_now
         self.throughput = throughput
         self.tap = tap
-        self._seq = itertools.count(1)
+        self._seq = _DELIVERY_SEQ
         self.delivered = 0
 
     def _runnable(self, mailbox: _Mailbox) -> None:

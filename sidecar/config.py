@@ -90,14 +90,15 @@ def parse_duration(value: Any) -> timedelta:
 
 
 def format_duration(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    if seconds == 0:
+    """The inverse of ``parse_duration``: ``"1h30m"``, ``"200ms"``; exact to the millisecond."""
+    ms = value // timedelta(milliseconds=1)
+    if ms == 0:
         return "0s"
     out = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            out.append(f"{seconds // size}{unit}")
-            seconds %= size
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if ms >= size:
+            out.append(f"{ms // size}{unit}")
+            ms %= size
     return "".join(out)
 
 

@@ -59,3 +59,10 @@ def test_durations() -> None:
         parse_duration("-5s")
     with pytest.raises(ValueError):
         parse_duration("5 parsecs")
+
+
+def test_durations_print_back_exactly() -> None:
+    from sidecar.config import format_duration
+
+    for text in ("1h30m", "200ms", "1s500ms", "2d", "0s"):
+        assert format_duration(parse_duration(text)) == text
