@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import sqlite3
 import threading
@@ -54,8 +53,6 @@ from messages.ledger import (
 )
 
 __all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES"]
-
-logger = logging.getLogger(__name__)
 
 #: How long a write waits for another process's write to finish before it
 #: fails. Metering a month commits in batches well under a second each, so a

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledger.periods import from_us, to_us
+from ledger.periods import from_us
 from ledger.schema import MIGRATIONS, SCHEMA_VERSION, Migration, NewerSchemaError, NotALedgerError, current_version
 from ledger.store import Ledger, LedgerError, Precision
 from messages.chain import Lease, LeaseItem
