@@ -105,6 +105,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_devnet(args: argparse.Namespace) -> int:
+    """The embedded devnet alone, for a sidecar in another process to be pointed at."""
+    from chain.model import BillingModel
+    from devnet.demo import DemoWorld
+    from devnet.embedded import start_devnet
+
+    config = load(args)
+    clock = RealClock(speed=config.demo.speed)
+    _setup_logging(clock, args.log_level)
+    model = BillingModel(clock, config.chain.chain_id)
+    devnet = start_devnet(config, clock, model)
+    world = DemoWorld(model, clock, config.demo, config.provider.uuid, devnet.provider_address)
+    world.seed()
+    if world.tenants.failing:
+        devnet.faults.fail_for("CreditAccount", frozenset(world.tenants.failing))
+    world.start()
+    print(f"devnet up, chain id {devnet.chain_id}, clock {config.demo.speed:g}x")
+    print(f"  gRPC:              {devnet.grpc_url}")
+    print(f"  websocket:         {devnet.websocket_url}")
+    print(f"  provider:          {config.provider.uuid} ({devnet.provider_address})")
+    print(f"  provider key file: {devnet.provider_key_file}  (deleted when the devnet stops)")
+    print("Point a sidecar at it with, in its config.toml:")
+    print('  [chain]\n  mode = "node"')
+    print(f'  chain_id = "{devnet.chain_id}"')
+    print(f'  [node]\n  grpc_url = "{devnet.grpc_url}"\n  websocket_url = "{devnet.websocket_url}"')
+    print(f'  key_file = "{devnet.provider_key_file}"')
+    print("Ctrl-C stops it.", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait(None if args.duration is None else args.duration.total_seconds() / config.demo.speed)
+    finally:
+        world.stop()
+        devnet.stop()
+        clock.close()
+    return 0
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = load(args)
     print(f"{config.source}: ok")
@@ -137,6 +176,15 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                      help="detail of the decision log (default: %(default)s)")
     run.set_defaults(func=cmd_run)
+
+    devnet = sub.add_parser("devnet", help="run the embedded devnet alone and print its endpoints",
+                            description="Run the embedded devnet (gRPC and CometBFT websocket on loopback) with the "
+                                        "demo world, print its endpoints and a funded provider key file, and wait "
+                                        "for Ctrl-C, so a sidecar in another process can be pointed at it.")
+    devnet.add_argument("--duration", type=_duration, default=None, help="stop after this much simulated time")
+    devnet.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                        help="detail of the log (default: %(default)s)")
+    devnet.set_defaults(func=cmd_devnet)
 
     check = sub.add_parser("check-config", help="validate the configuration and print what is in force",
                            description="Validate the configuration file and print every setting in force "

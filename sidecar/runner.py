@@ -106,6 +106,117 @@ def _open_capture(config: Config, clock: Clock) -> Any:
     return CaptureWriter(config.capture, clock_now=clock.now, config=config).open()
 
 
+@dataclass
+class _Chain:
+    """The chain side of a build: the client, how lease events arrive, what to close."""
+
+    client: Any
+    events: Callable[[Sidecar], Any]
+    endpoint: str
+    model: BillingModel | None = None
+    world: DemoWorld | None = None
+    faults: Faults | None = None
+    reads: Any = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class _ListenerPart:
+    """The websocket listener as a part of the sidecar: started with it, stopped with it."""
+
+    def __init__(self, sidecar: Sidecar, websocket_url: str, config: Config) -> None:
+        from actors.listener import ListenerActor
+        from actors.shell import start_actor
+
+        self.ref = start_actor(
+            sidecar.router, ListenerActor, sidecar.dispatcher, sidecar.router, websocket_url,
+            config.provider.uuid, config.listener,
+        )
+        self.manual = isinstance(sidecar.dispatcher, ManualDispatcher)
+
+    def close(self) -> None:
+        import pykka
+
+        try:
+            if self.manual:
+                self.ref.stop(block=False)
+            else:
+                self.ref.stop(timeout=10)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            pass
+
+
+def _model_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
+    provider = config.provider.uuid
+    model = BillingModel(clock, config.chain.chain_id)
+    world = DemoWorld(model, clock, config.demo, provider, PROVIDER_ADDRESS)
+    if demo:
+        world.seed()
+    else:
+        model.register_provider(provider, PROVIDER_ADDRESS)
+    faults = Faults(config.demo.seed)
+    world.install_faults(faults)
+    client = ModelChainClient(model, provider, PROVIDER_ADDRESS, faults)
+    return _Chain(
+        client,
+        lambda s: ModelEventFeed(model, s.router),
+        "in-process chain model",
+        model,
+        world,
+        faults,
+        # The chain is in this process: a read never waits on I/O, so a
+        # thread pool would only add switching.
+        reads=InlineExecutor(),
+        closers=[client.close],
+    )
+
+
+def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
+    from devnet.embedded import start_devnet
+
+    model = BillingModel(clock, config.chain.chain_id)
+    devnet = start_devnet(config, clock, model)
+    closers: list[Callable[[], None]] = [devnet.stop]
+    try:
+        world = DemoWorld(model, clock, config.demo, config.provider.uuid, devnet.provider_address)
+        if demo:
+            world.seed()
+            if world.tenants.failing:
+                devnet.faults.fail_for("CreditAccount", frozenset(world.tenants.failing))
+        # The client waits for inclusion in real time; on an accelerated clock
+        # a block is block_time / speed of real time, so poll a few times per
+        # block rather than every tx_poll_interval (200 ms is a minute of
+        # chain time at 300x).
+        speed = getattr(clock, "speed", 1.0)
+        block_real = config.devnet.block_time.total_seconds() / speed
+        poll = min(config.node.tx_poll_interval.total_seconds(), max(block_real / 4, 0.005))
+        client = devnet.client(config, tx_poll_interval=poll)
+    except BaseException:
+        devnet.stop()
+        raise
+    closers.append(client.close)
+    return _Chain(
+        client,
+        lambda s: _ListenerPart(s, devnet.websocket_url, config),
+        f"embedded devnet: gRPC {devnet.grpc_url}, websocket {devnet.websocket_url}, chain {devnet.chain_id}",
+        model,
+        world,
+        closers=closers,
+    )
+
+
+def _node_chain(config: Config, clock: Clock) -> _Chain:
+    from chain.cosmpy_client import CosmpyChainClient
+
+    client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id)
+    return _Chain(
+        client,
+        lambda s: _ListenerPart(s, config.node.websocket_url, config),
+        f"node: gRPC {config.node.grpc_url}, websocket {config.node.websocket_url}, chain {config.chain.chain_id}, "
+        f"signing as {client.address}",
+        closers=[client.close],
+    )
+
+
 def build(
     config: Config,
     clock: Clock,
@@ -119,18 +230,30 @@ def build(
     ``manual``: a ``ManualDispatcher`` (tests, replay checks); otherwise two
     worker threads shared by every actor.
     """
-    capture = _open_capture(config, clock)
+    mode = config.chain.mode
+    if mode == "model":
+        chain = _model_chain(config, clock, demo)
+    elif mode == "devnet":
+        chain = _devnet_chain(config, clock, demo)
+    else:
+        chain = _node_chain(config, clock)
+    closers: list[Callable[[], None]] = list(chain.closers)
+    try:
+        capture = _open_capture(config, clock)
+    except BaseException:
+        for close in reversed(closers):
+            close()
+        raise
     tap = fan_out(*taps, capture)
     dispatcher: Dispatcher = ManualDispatcher(clock.now, tap=tap) if manual else ThreadedDispatcher(
         clock.now, workers=2, tap=tap
     )
-    closers: list[Callable[[], None]] = []
     if capture is not None:
-        closers.append(capture.close)
+        closers.insert(0, capture.close)
     if not manual:
-        closers.append(dispatcher.shutdown)
+        closers.insert(0, dispatcher.shutdown)
     ledger = _open_ledger(config)
-    parts: list[Callable[[Sidecar], Any]] = []
+    parts: list[Callable[[Sidecar], Any]] = [chain.events]
     restored: list[Any] = []
     if ledger is not None:
         from actors.ledger_writer import start_ledger_writer
@@ -142,37 +265,22 @@ def build(
                 s.router, clock, ledger, config.ledger, dispatcher=dispatcher if manual else None, tap=tap
             )
         )
-    mode = config.chain.mode
-    provider = config.provider.uuid
-    if mode == "model":
-        model = BillingModel(clock, config.chain.chain_id)
-        world = DemoWorld(model, clock, config.demo, provider, PROVIDER_ADDRESS)
-        if demo:
-            world.seed()
-        else:
-            model.register_provider(provider, PROVIDER_ADDRESS)
-        faults = Faults(config.demo.seed)
-        world.install_faults(faults)
-        client = ModelChainClient(model, provider, PROVIDER_ADDRESS, faults)
-        sidecar = Sidecar(
-            clock=clock,
-            dispatcher=dispatcher,
-            client=client,
-            settings=config.scheduler,
-            provider_uuid=provider,
-            billing_tick_interval=billing_tick_interval(config),
-            # The chain is in this process: a read never waits on I/O, so a
-            # thread pool would only add switching.
-            reads=InlineExecutor(),
-            restored=restored,
-            extra=[lambda s: ModelEventFeed(model, s.router), *parts],
-            on_stop=[client.close],
-        )
-        return Running(
-            sidecar, dispatcher, model, world, faults, ledger, capture, len(restored),
-            endpoint="in-process chain model", closers=closers,
-        )
-    raise NotImplementedError(f"chain mode {mode!r} is not available in this build")
+    sidecar = Sidecar(
+        clock=clock,
+        dispatcher=dispatcher,
+        client=chain.client,
+        settings=config.scheduler,
+        provider_uuid=config.provider.uuid,
+        billing_tick_interval=billing_tick_interval(config),
+        reads=chain.reads,
+        restored=restored,
+        extra=parts,
+        on_stop=[chain.client.close],
+    )
+    return Running(
+        sidecar, dispatcher, chain.model, chain.world, chain.faults, ledger, capture, len(restored),
+        endpoint=chain.endpoint, closers=closers,
+    )
 
 
 def describe(running: Running) -> list[str]:
