@@ -34,7 +34,7 @@ from messages.chain import Lease
 from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
-from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesObserved
+from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesReconciled
 from messages.scheduler import (
     ActiveLeasesRead,
     BillingTickTimer,
@@ -282,8 +282,8 @@ class SchedulerDecisions:
         groups: defaultdict[str, list[Lease]] = defaultdict(list)
         for lease in leases:
             groups[lease.tenant].append(lease)
+        leases = tuple(leases)
         out: list[Effect] = []
-        new_leases: list[Lease] = []
         started = retired = 0
         tenants = self.tenants
         for tenant, tenant_leases in groups.items():
@@ -292,10 +292,8 @@ class SchedulerDecisions:
             if entry is None:
                 self.tenants[tenant] = TenantEntry(uuids, synced=True)
                 out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
-                new_leases += tenant_leases
                 started += 1
             elif not entry.synced or entry.leases != uuids:
-                new_leases += [lease for lease in tenant_leases if lease.uuid not in entry.leases]
                 entry.leases, entry.synced = uuids, True
                 out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases))))
         for tenant in [t for t in self.tenants if t not in groups]:
@@ -304,8 +302,10 @@ class SchedulerDecisions:
             out.append(Send(tenant_address(tenant), LeasesSynced(())))
             out.append(Retire(tenant))
             retired += 1
-        if new_leases:
-            out.append(Send(LEDGER, LeasesObserved(now, tuple(new_leases))))
+        # The complete set: the ledger also learns which leases it holds as
+        # active have ended unseen (events lost in a websocket gap), and the
+        # prices of leases first heard of from an event.
+        out.append(Send(LEDGER, LeasesReconciled(now, tuple(leases))))
         if started or retired:
             out.append(Note(f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched"))
         return out

@@ -77,6 +77,8 @@ class TenantCredit:
         self._saved: TenantSnapshot | None = None
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
+        #: charged denoms as persisted, for leases whose details a restart lost
+        self._restored_charged: set[str] = set()
 
     # -- snapshot ---------------------------------------------------------------
     def snapshot(self) -> TenantSnapshot:
@@ -90,11 +92,13 @@ class TenantCredit:
             depletion_at=self.depletion_at,
             recheck_at=self.recheck_at,
             closing=self.closing,
+            charged_denoms=tuple(sorted(self._charged_denoms())),
         )
 
     def _restore(self, s: TenantSnapshot) -> None:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
+        self._restored_charged = set(s.charged_denoms)
         self._charged = None
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
         self.last_sample_at = s.last_sample_at
@@ -184,9 +188,14 @@ class TenantCredit:
     def _charged_denoms(self) -> set[str]:
         if self._charged is None:
             denoms: set[str] = set()
+            unknown = False
             for lease in self.leases.values():
-                if lease is not None:
+                if lease is None:
+                    unknown = True
+                else:
                     denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
+            if unknown:
+                denoms |= self._restored_charged
             self._charged = denoms
         return self._charged
 

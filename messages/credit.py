@@ -108,6 +108,11 @@ class TenantSnapshot:
     depletion_at: datetime | None = None
     recheck_at: datetime | None = None
     closing: tuple[str, ...] = ()
+    #: Denoms the leases are charged in: after a restart the leases' prices
+    #: are unknown until the next chain read, and "is the credit gone?" must
+    #: not be answered without them (a zero umfx balance beside plenty of
+    #: upwr is gone for a umfx lease).
+    charged_denoms: tuple[str, ...] = ()
 
 
 __all__ += ["TenantSnapshot"]

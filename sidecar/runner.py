@@ -265,6 +265,13 @@ def build(
                 s.router, clock, ledger, config.ledger, dispatcher=dispatcher if manual else None, tap=tap
             )
         )
+        if mode == "model" and chain.model is not None:
+            # The in-process chain tells the ledger what each settlement moved
+            # per lease (after the writer: the ledger address must exist).
+            from ledger.model_feed import ModelLedgerFeed
+
+            model = chain.model
+            parts.append(lambda s: ModelLedgerFeed(model, s.router, config.provider.uuid, ledger))
     sidecar = Sidecar(
         clock=clock,
         dispatcher=dispatcher,

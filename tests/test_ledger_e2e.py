@@ -360,14 +360,6 @@ def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
     assert set(by_tenant) == {RICH, SHARED, POOR} and crash.l1 in chain.ours
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "actors/tenant_credit (lead): a tenant restored inside its zero-balance window clears the window "
-        "at its first re-check after the restart ('credit back, grace window cleared') and starts a new one, "
-        "so the closure comes a full window after the restart"
-    ),
-)
 def test_killed_and_restarted_the_zero_balance_grace_window_keeps_its_start(crash):
     window = SCHEDULER.credit_check_zero_grace_period
     assert crash.l3_closed_at is not None, "not closed within the window that began before the crash"

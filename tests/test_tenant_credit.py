@@ -176,3 +176,17 @@ def test_restore_keeps_the_window_and_the_streak() -> None:
     out = back.handle(CreditRead(2, CreditAccount("t", ())), T0 + S.credit_check_zero_grace_period)
     (req,) = sent(out, CloseRequested)
     assert req.lease_uuids == ("l1", "l2")
+
+
+def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None:
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced((Lease("l1", "t", PROVIDER, (item(2),)),)), T0)
+    read(m, T0, umfx=0, upwr=10**6)  # umfx is what the lease is charged in
+    back = TenantCredit("t", S)
+    back.handle(TenantRestored(m.snapshot()), T0 + timedelta(minutes=2))
+    out = back.handle(
+        CreditRead(2, CreditAccount("t", (Coin("upwr", 10**6),))), T0 + timedelta(minutes=3)
+    )
+    assert back.zero_since == T0 and not sent(out, CloseRequested)  # the window goes on
+    out = back.handle(CreditRead(3, CreditAccount("t", (Coin("upwr", 10**6),))), T0 + S.credit_check_zero_grace_period)
+    assert sent(out, CloseRequested)
