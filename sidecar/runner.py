@@ -120,7 +120,7 @@ class _Chain:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-class _ListenerPart:
+class ListenerPart:
     """The websocket listener as a part of the sidecar: started with it, stopped with it."""
 
     def __init__(self, sidecar: Sidecar, websocket_url: str, config: Config) -> None:
@@ -196,7 +196,7 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     closers.append(client.close)
     return _Chain(
         client,
-        lambda s: _ListenerPart(s, devnet.websocket_url, config),
+        lambda s: ListenerPart(s, devnet.websocket_url, config),
         f"embedded devnet: gRPC {devnet.grpc_url}, websocket {devnet.websocket_url}, chain {devnet.chain_id}",
         model,
         world,
@@ -210,7 +210,7 @@ def _node_chain(config: Config, clock: Clock) -> _Chain:
     client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id)
     return _Chain(
         client,
-        lambda s: _ListenerPart(s, config.node.websocket_url, config),
+        lambda s: ListenerPart(s, config.node.websocket_url, config),
         f"node: gRPC {config.node.grpc_url}, websocket {config.node.websocket_url}, chain {config.chain.chain_id}, "
         f"signing as {client.address}",
         closers=[client.close],

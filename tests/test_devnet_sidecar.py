@@ -1,0 +1,194 @@
+"""The whole sidecar against the devnet, through gRPC and the CometBFT websocket (issue 3).
+
+The clock is manual: the test moves it, and a block producer moves it one
+block whenever a tx waits. The actors run on worker threads (chain calls
+block on the network), so each step waits for the sidecar to settle: no
+cycle running and the next wake planned after now.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from chain.model import CREDIT_EXHAUSTED
+from messages.scheduler import Reconcile
+from runtime.dispatch import Delivery, ThreadedDispatcher
+from sidecar.app import Sidecar
+from sidecar.runner import ListenerPart
+from tests.devnet_harness import OTHER_ADDRESS, OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
+from actors.listener_settings import ListenerSettings
+
+MS = timedelta(milliseconds=1)
+FAST_LISTENER = ListenerSettings(
+    ping_interval=200 * MS,
+    ping_timeout=400 * MS,
+    close_timeout=200 * MS,
+    open_timeout=timedelta(seconds=3),
+    backoff_initial=300 * MS,  # long enough that events of the gap are surely missed
+    backoff_max=600 * MS,
+    stable_after=timedelta(0),
+)
+
+
+class Harness:
+    def __init__(self, world: World) -> None:
+        self.w = world
+        self.deliveries: list[Delivery] = []
+        self.dispatcher = ThreadedDispatcher(world.clock.now, workers=2, tap=self.deliveries.append)
+        self.client = world.client()
+        config = world.config
+        self.sidecar = Sidecar(
+            clock=world.clock,
+            dispatcher=self.dispatcher,
+            client=self.client,
+            settings=config.scheduler,
+            provider_uuid=PROVIDER,
+            extra=[lambda s: ListenerPart(s, world.devnet.websocket_url, _with_listener(config))],
+            on_stop=[self.client.close],
+        )
+        self.core = self.sidecar.scheduler_core
+
+    def settled(self) -> bool:
+        c = self.core
+        return c.cycle is None and c.wake_at is not None and c.wake_at > self.w.clock.now() and not self.w.node.mempool_size()
+
+    def settle(self, what: str = "the sidecar to settle") -> None:
+        wait_until(self.settled, timeout=10, what=what)
+
+    def start(self) -> None:
+        assert self.sidecar.withdraw_once(timeout=20)
+        wait_until(lambda: self.reconciles() >= 1, timeout=5, what="the listener's first subscribe")
+        self.sidecar.start()
+        self.settle()
+
+    def step(self, seconds: float) -> None:
+        self.w.clock.advance(timedelta(seconds=seconds))
+        self.settle()
+
+    def reconciles(self) -> int:
+        return sum(1 for d in list(self.deliveries) if isinstance(d.message, Reconcile))
+
+    def close(self) -> None:
+        self.sidecar.stop()
+        self.dispatcher.shutdown()
+        self.w.close()
+
+
+def _with_listener(config: Any) -> Any:
+    class C:
+        provider = config.provider
+        listener = FAST_LISTENER
+
+    return C
+
+
+@pytest.fixture
+def h():
+    harness = Harness(make_world(websocket=True))
+    yield harness
+    harness.close()
+
+
+def test_a_tenant_running_dry_is_closed_within_the_grace_window_plus_one_check(h: Harness) -> None:
+    w = h.w
+    t = w.tenant("dry", umfx=1_000)
+    ours = w.lease(t, price=1)
+    w.lease(t, price=100, provider=OTHER_PROVIDER)  # uses the credit up without settling it
+    h.start()
+    h.step(15)
+    h.sidecar.trigger_withdraw("test")
+    h.settle()
+    entry = h.core.tenants[t]
+    assert entry.recheck_at is not None  # inside the grace window now
+    window_start = w.clock.now()
+    s = w.config.scheduler
+    while w.model.lease(ours).state == "ACTIVE" and w.clock.now() < window_start + timedelta(minutes=10):
+        h.step(10)
+    closed = w.model.lease(ours)
+    assert closed.state == "CLOSED" and closed.closure_reason == s.closure_reason
+    assert closed.closed_at <= window_start + s.credit_check_zero_grace_period + s.credit_check_retry_interval + timedelta(seconds=15)
+    assert closed.closed_at >= window_start + s.credit_check_zero_grace_period - timedelta(seconds=15)
+
+
+def test_another_providers_withdraw_exhausting_a_shared_tenant_closes_our_leases_at_once(h: Harness) -> None:
+    w = h.w
+    t = w.tenant("shared", umfx=10_000)
+    ours = w.lease(t, price=1)
+    w.lease(t, price=100, provider=OTHER_PROVIDER)
+    h.start()
+    w.clock.advance(timedelta(seconds=200))  # the other lease owes 20,000: more than the credit
+    w.model.withdraw(OTHER_ADDRESS, provider_uuid=OTHER_PROVIDER)  # settles, exhausts, auto-closes theirs
+    # no wake is due for an hour: only the listener's trigger can settle ours now
+    wait_until(lambda: w.model.lease(ours).state == "CLOSED", timeout=10, what="our lease to be auto-closed")
+    assert w.model.lease(ours).closure_reason == CREDIT_EXHAUSTED
+    h.settle()
+    assert t not in h.core.tenants
+
+
+def test_leases_opened_and_closed_during_a_websocket_gap_are_reconciled(h: Harness) -> None:
+    w = h.w
+    a, b = w.tenant("a"), w.tenant("b")
+    a_lease = w.lease(a)
+    w.lease(b)
+    h.start()
+    before = h.reconciles()
+    w.devnet.websocket_server.drop_all()
+    c = w.tenant("c")
+    c_lease = w.lease(c)  # its events go nowhere: the listener is reconnecting
+    w.model.close_leases(a, [a_lease], "tenant left")
+    wait_until(lambda: h.reconciles() > before, timeout=10, what="a reconnect")
+    h.settle()
+    chain = {}
+    for lease in w.model.active_leases_by_provider(PROVIDER):
+        chain.setdefault(lease.tenant, set()).add(lease.uuid)
+    assert {t: set(e.leases) for t, e in h.core.tenants.items()} == chain
+    assert c_lease in chain[c] and a not in h.core.tenants
+
+
+def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Harness) -> None:
+    w = h.w
+    t = w.tenant("pair", umfx=1_000)
+    first, second = w.lease(t, price=1), w.lease(t, price=1)
+    w.lease(t, price=100, provider=OTHER_PROVIDER)
+    original = h.client.close_leases
+
+    def tenant_beats_us(lease_uuids, reason):  # type: ignore[no-untyped-def]
+        if w.model.lease(first).state == "ACTIVE":
+            w.model.close_leases(t, [first], "tenant left")
+        return original(lease_uuids, reason)
+
+    h.client.close_leases = tenant_beats_us  # type: ignore[method-assign]
+    h.start()
+    h.step(15)
+    h.sidecar.trigger_withdraw("test")
+    h.settle()
+    for _ in range(40):
+        if w.model.lease(second).state != "ACTIVE":
+            break
+        h.step(10)
+    assert w.model.lease(first).closure_reason == "tenant left"
+    assert w.model.lease(second).closure_reason == w.config.scheduler.closure_reason
+
+
+def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> None:
+    w = h.w
+    t = w.tenant("stale", umfx=1_000)
+    ours = w.lease(t, price=1)
+    w.lease(t, price=100, provider=OTHER_PROVIDER)
+    h.start()
+    h.step(15)
+    h.sidecar.trigger_withdraw("test")
+    h.settle()
+    w.node.set_catching_up(True)
+    for _ in range(45):  # 7.5 minutes: well past the grace window
+        h.step(10)
+    assert w.model.lease(ours).state == "ACTIVE"
+    w.node.set_catching_up(False)
+    for _ in range(6):
+        if w.model.lease(ours).state != "ACTIVE":
+            break
+        h.step(10)
+    assert w.model.lease(ours).closure_reason == w.config.scheduler.closure_reason
