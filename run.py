@@ -55,6 +55,8 @@ def _setup_logging(clock: Clock, level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     logging.getLogger("leasewarden").setLevel(getattr(logging, level.upper()))
+    # The listener reports its own connects and drops; the library's are noise.
+    logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -200,7 +202,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _config_first(list(sys.argv[1:] if argv is None else argv))
     p = parser()
     commands = p._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     # `run` is the default command: `python run.py --duration 5m` means `run --duration 5m`.
@@ -215,6 +217,24 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _config_first(argv: list[str]) -> list[str]:
+    """``--config`` is global, but may be typed after the command: move it to the front."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--config" and i + 1 < len(argv):
+            front += argv[i : i + 2]
+            i += 2
+            continue
+        if argv[i].startswith("--config="):
+            front.append(argv[i])
+        else:
+            rest.append(argv[i])
+        i += 1
+    return front + rest
 
 
 def _insert_run(argv: list[str]) -> list[str]:
