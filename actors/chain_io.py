@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 
 from chain.client import ChainClient
 from chain.errors import ChainError, failure_from
+from messages.chain import ChainFailure
 from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
@@ -154,35 +155,30 @@ class ChainIO(PooledActor):
         return to, CreditRead(m.cycle, account, estimate)
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
-        try:
-            leases = self.client.active_leases_by_provider(self.provider_uuid)
-        except Exception as exc:
-            return m.reply_to, ActiveLeasesRead(m.cycle, error=failure_from(exc, "active_leases_by_provider"))
-        return m.reply_to, ActiveLeasesRead(m.cycle, leases)
+        leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
+        return m.reply_to, ActiveLeasesRead(m.cycle, leases or (), error)
 
     def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
-        try:
-            return CHAIN, NodeStatusAnswered(m.round, status=self.client.node_status())
-        except Exception as exc:
-            return CHAIN, NodeStatusAnswered(m.round, error=failure_from(exc, "node_status"))
+        status, error = _attempt("node_status", self.client.node_status)
+        return CHAIN, NodeStatusAnswered(m.round, status, error)
 
     def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
-        try:
-            active = {lease.uuid for lease in self.client.active_leases_by_provider(self.provider_uuid)}
-        except Exception as exc:
-            return CHAIN, LeaseCheckAnswered(m.round, m.batch, error=failure_from(exc, "active_leases_by_provider"))
-        return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active))
+        leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
+        active = {lease.uuid for lease in leases or ()}
+        return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active), error)
 
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
-        try:
-            page = self.client.withdraw_by_provider(self.provider_uuid, m.key)
-        except Exception as exc:
-            return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, error=failure_from(exc, "withdraw"))
-        return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, result=page)
+        page, error = _attempt("withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key))
+        return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
-        try:
-            outcome = self.client.close_leases(m.lease_uuids, m.reason)
-        except Exception as exc:
-            return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, error=failure_from(exc, "close_leases"))
-        return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome=outcome)
+        outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))
+        return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome, error)
+
+
+def _attempt(operation: str, call: Callable[[], Any]) -> tuple[Any, ChainFailure | None]:
+    """(answer, None) or (None, the failure as data): a failed call is an answer too."""
+    try:
+        return call(), None
+    except Exception as exc:
+        return None, failure_from(exc, operation)

@@ -68,6 +68,19 @@ class Harness:
         self.w.clock.advance(timedelta(seconds=seconds))
         self.settle()
 
+    def credit_used_up_elsewhere(self, name: str, ours: int = 1) -> list[str]:
+        """A tenant with ``ours`` leases of ours and a costly one of another provider using its
+        credit up without settling; the sidecar runs and has just seen the credit gone."""
+        w = self.w
+        t = w.tenant(name, umfx=1_000)
+        leases = [w.lease(t, price=1) for _ in range(ours)]
+        w.lease(t, price=100, provider=OTHER_PROVIDER)
+        self.start()
+        self.step(15)
+        self.sidecar.trigger_withdraw("test")
+        self.settle()
+        return leases
+
     def reconciles(self) -> int:
         return sum(1 for d in list(self.deliveries) if isinstance(d.message, Reconcile))
 
@@ -94,14 +107,8 @@ def h():
 
 def test_a_tenant_running_dry_is_closed_within_the_grace_window_plus_one_check(h: Harness) -> None:
     w = h.w
-    t = w.tenant("dry", umfx=1_000)
-    ours = w.lease(t, price=1)
-    w.lease(t, price=100, provider=OTHER_PROVIDER)  # uses the credit up without settling it
-    h.start()
-    h.step(15)
-    h.sidecar.trigger_withdraw("test")
-    h.settle()
-    entry = h.core.tenants[t]
+    (ours,) = h.credit_used_up_elsewhere("dry")
+    entry = h.core.tenants["manifest1dry"]
     assert entry.recheck_at is not None  # inside the grace window now
     window_start = w.clock.now()
     s = w.config.scheduler
@@ -150,38 +157,30 @@ def test_leases_opened_and_closed_during_a_websocket_gap_are_reconciled(h: Harne
 
 def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Harness) -> None:
     w = h.w
-    t = w.tenant("pair", umfx=1_000)
-    first, second = w.lease(t, price=1), w.lease(t, price=1)
-    w.lease(t, price=100, provider=OTHER_PROVIDER)
     original = h.client.close_leases
+    first_closed: list[str] = []
 
     def tenant_beats_us(lease_uuids, reason):  # type: ignore[no-untyped-def]
-        if w.model.lease(first).state == "ACTIVE":
-            w.model.close_leases(t, [first], "tenant left")
+        if not first_closed:
+            first_closed.append(lease_uuids[0])
+            w.model.close_leases("manifest1pair", [lease_uuids[0]], "tenant left")
         return original(lease_uuids, reason)
 
     h.client.close_leases = tenant_beats_us  # type: ignore[method-assign]
-    h.start()
-    h.step(15)
-    h.sidecar.trigger_withdraw("test")
-    h.settle()
+    first, second = sorted(h.credit_used_up_elsewhere("pair", ours=2))
     for _ in range(40):
         if w.model.lease(second).state != "ACTIVE":
             break
         h.step(10)
-    assert w.model.lease(first).closure_reason == "tenant left"
-    assert w.model.lease(second).closure_reason == w.config.scheduler.closure_reason
+    (gone,) = first_closed
+    kept = second if gone == first else first
+    assert w.model.lease(gone).closure_reason == "tenant left"
+    assert w.model.lease(kept).closure_reason == w.config.scheduler.closure_reason
 
 
 def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> None:
     w = h.w
-    t = w.tenant("stale", umfx=1_000)
-    ours = w.lease(t, price=1)
-    w.lease(t, price=100, provider=OTHER_PROVIDER)
-    h.start()
-    h.step(15)
-    h.sidecar.trigger_withdraw("test")
-    h.settle()
+    (ours,) = h.credit_used_up_elsewhere("stale")
     w.node.set_catching_up(True)
     for _ in range(45):  # 7.5 minutes: well past the grace window
         h.step(10)

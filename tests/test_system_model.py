@@ -15,6 +15,21 @@ from sidecar.app import Sidecar
 from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, item, settings, world
 
 
+def credit_used_up_elsewhere(w, ours: int = 1):  # type: ignore[no-untyped-def]
+    """t1 with ``ours`` leases of ours and a costly one of another provider that uses its
+    credit up without settling; the sidecar runs and has just seen the credit gone.
+    Returns (our leases, the other provider's lease)."""
+    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
+    leases = [w.model.create_lease("t1", PROVIDER, [item(1)]) for _ in range(ours)]
+    other = w.model.create_lease("t1", OTHER, [item(100)])
+    w.sidecar.withdraw_once()
+    w.sidecar.start()
+    w.run_for(15)  # 1,500 accrued elsewhere > 1,000: credit gone counting unsettled accrual
+    w.sidecar.trigger_withdraw("test")
+    w.run_for(1)
+    return leases, other
+
+
 def test_paged_withdraw_drains_every_lease_through_the_cursor(clock) -> None:
     w = world(clock, withdraw_limit=2)
     w.model.fund_credit("t1", [Coin("umfx", 10**9)])
@@ -54,15 +69,7 @@ def test_an_error_mid_pages_ends_the_withdraw_after_retries_and_the_check_goes_o
 
 def test_exhausted_tenant_is_closed_after_the_grace_window_and_not_before(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
-    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
-    # Another provider's lease uses the credit up without settling it.
-    w.model.create_lease("t1", OTHER, [item(100)])
-    w.sidecar.withdraw_once()
-    w.sidecar.start()
-    w.run_for(15)  # 1,500 accrued elsewhere > 1,000: credit gone counting unsettled accrual
-    w.sidecar.trigger_withdraw("test")
-    w.run_for(1)
+    (ours,), _ = credit_used_up_elsewhere(w)
     zero_since = w.sidecar.scheduler_core.tenants["t1"].recheck_at
     assert zero_since is not None
     w.run_for(4 * 60)
@@ -75,14 +82,8 @@ def test_exhausted_tenant_is_closed_after_the_grace_window_and_not_before(clock)
 
 def test_recovery_during_the_window_keeps_the_leases(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
-    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
-    other = w.model.create_lease("t1", OTHER, [item(100)])
-    w.sidecar.withdraw_once()
-    w.sidecar.start()
-    w.run_for(15)
-    w.sidecar.trigger_withdraw("test")
-    w.run_for(60)
+    (ours,), other = credit_used_up_elsewhere(w)
+    w.run_for(59)
     w.model.close_leases(OTHER_ADDRESS, [other.uuid])  # settles what it owed
     w.model.fund_credit("t1", [Coin("umfx", 10**9)])
     w.run_for(10 * 60)
@@ -91,14 +92,7 @@ def test_recovery_during_the_window_keeps_the_leases(clock) -> None:
 
 def test_failed_close_is_retried_at_the_next_check_without_a_new_window(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
-    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
-    w.model.create_lease("t1", OTHER, [item(100)])
-    w.sidecar.withdraw_once()
-    w.sidecar.start()
-    w.run_for(15)
-    w.sidecar.trigger_withdraw("test")
-    w.run_for(1)
+    (ours,), _ = credit_used_up_elsewhere(w)
     window_start = clock.now()
     w.client.faults.fail("close_leases", times=1)
     w.run_for(5 * 60 + 5)
