@@ -240,9 +240,12 @@ class SchedulerDecisions:
         if c is None:
             return []
         out: list[Effect] = []
-        if message.error is None:
-            self.last_withdraw_at = c.started
-        else:
+        # The interval runs from this attempt whatever its outcome (the seed's
+        # ticker does not speed up on errors): a withdraw that keeps failing
+        # must not leave the withdraw "due" and wake the scheduler at once,
+        # over and over.
+        self.last_withdraw_at = c.started
+        if message.error is not None:
             out.append(
                 Note(
                     f"cycle {c.id}: withdraw ended early after {message.pages} page(s) "

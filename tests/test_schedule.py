@@ -205,3 +205,16 @@ def test_another_providers_auto_close_of_a_shared_tenant_triggers_a_withdraw() -
     # a tenant we do not serve: nothing
     core2 = SchedulerDecisions(settings(), PROVIDER)
     assert not msgs(core2.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t7", OTHER)), T0), WithdrawRequested)
+
+
+def test_a_failed_withdraw_waits_the_interval_rather_than_waking_at_once() -> None:
+    from messages.chain import ChainFailure
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    out = core.handle(Wake("interval", core.wake_token), T0 + timedelta(hours=1))
+    busy = ChainFailure("withdraw", "withdraw cycle 1 still running")
+    core.handle(WithdrawFinished(core.cycle.id, 0, (), 0, (), error=busy), T0 + timedelta(hours=1))
+    out = core.handle(ActiveLeasesRead(core.cycle.id, ()), T0 + timedelta(hours=1))
+    (wake,) = msgs(out, Wake)
+    assert wake.at == T0 + timedelta(hours=2)
