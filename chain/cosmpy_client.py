@@ -27,6 +27,10 @@ one signer must carry consecutive sequence numbers:
    ``tx_timeout``; the ``Msg*Response`` is read from the included tx's
    ``TxMsgData``. No inclusion in time is a transient ``ChainError`` with
    ``may_have_committed=True``: the caller must not re-drive it blindly.
+   The included tx's events give what each lease settled
+   (``provider_withdraw`` / ``lease_closed``, ``chain.settlements``), at the
+   tx's block time (``timestamp``; the block's header time if a node leaves
+   it out): a ``WithdrawPage`` or ``CloseOutcome`` carries them for the ledger.
 
 Every failure is a ``chain.errors.ChainError`` with the node's codespace and
 code (gRPC texts without numbers are read through ``chain.sdk_errors``);
@@ -39,9 +43,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
@@ -70,6 +76,7 @@ from chain.errors import (
 from chain.keys import ProviderKey, load_provider_key
 from chain.model import MAX_BATCH_LEASE_SIZE
 from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, classify_text, expected_sequence
+from chain.settlements import settlements_in_tx
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
@@ -79,8 +86,9 @@ from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, 
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
+from messages.ledger import LeaseSettled
 
-__all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES"]
+__all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES", "parse_block_time"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +110,10 @@ _LOST_BROADCAST_RESENDS = 3
 #: means the connection is being re-established).
 _RESEND_BACKOFF = 0.05
 
+#: A node's tx timestamp: date and time, optional fraction (nanoseconds on
+#: CometBFT, more digits than ``fromisoformat`` takes before 3.11), zone.
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})")
+
 MSG_WITHDRAW_RESPONSE = "/liftedinit.billing.v1.MsgWithdrawResponse"
 MSG_CLOSE_LEASE_RESPONSE = "/liftedinit.billing.v1.MsgCloseLeaseResponse"
 
@@ -114,6 +126,10 @@ class IncludedTx:
     height: int
     msg_responses: tuple[ProtoAny, ...]
     gas_used: int
+    #: The tx result's events as (type, {key: value}), in order.
+    events: tuple[tuple[str, dict[str, str]], ...] = ()
+    #: Block time as the node wrote it (RFC 3339); may be empty.
+    timestamp: str = ""
 
 
 @dataclass
@@ -140,6 +156,20 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
         transient=False,
         may_have_committed=may_have_committed,
     )
+
+
+def parse_block_time(text: str) -> datetime | None:
+    """A ``TxResponse.timestamp`` (RFC 3339, ``Z`` or an offset, up to nanoseconds) as UTC; None if empty or malformed."""
+    m = _RFC3339.fullmatch(text.strip())
+    if m is None:
+        return None
+    base, fraction, zone = m.groups()
+    micros = (fraction[1:] + "000000")[:6] if fraction else "000000"
+    try:
+        at = datetime.fromisoformat(f"{base}.{micros}{'+00:00' if zone in ('Z', 'z') else zone}")
+    except ValueError:
+        return None
+    return at.astimezone(timezone.utc)
 
 
 class CosmpyChainClient:
@@ -324,6 +354,7 @@ class CosmpyChainClient:
                 has_more=r.has_more,
                 next_key=bytes(r.next_key),
                 payout_address=r.payout_address,
+                settlements=self._settlements(op, included, provider_uuid=provider_uuid),
             ),
         )
 
@@ -349,7 +380,45 @@ class CosmpyChainClient:
             r = billing_tx.MsgCloseLeaseResponse()
             self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
             closed += r.closed_count
-        return CloseOutcome(closed_count=closed, tx_hashes=(included.txhash,))
+        asked = {u for b in batches for u in b}
+        return CloseOutcome(
+            closed_count=closed,
+            tx_hashes=(included.txhash,),
+            settlements=self._settlements(op, included, lease_uuids=asked),
+        )
+
+    def _settlements(
+        self, operation: str, included: IncludedTx, *, provider_uuid: str | None = None, lease_uuids: set[str] | None = None
+    ) -> tuple[LeaseSettled, ...]:
+        """What the included tx settled per lease, at its block time.
+
+        Never fails the call: the tx is on chain and its answer stands. When
+        no block time can be had the settlements are left out, with a warning
+        naming the tx (the ledger then shows the shortfall, not a wrong month).
+        """
+        at = self._block_time(operation, included)
+        if at is None:
+            return ()
+        return tuple(
+            settlements_in_tx(included.txhash, at, included.events, provider_uuid=provider_uuid, lease_uuids=lease_uuids)
+        )
+
+    def _block_time(self, operation: str, included: IncludedTx) -> datetime | None:
+        at = parse_block_time(included.timestamp)
+        if at is not None:
+            return at
+        try:
+            r = self._tendermint.GetBlockByHeight(
+                tm_query.GetBlockByHeightRequest(height=included.height), timeout=self.query_timeout
+            )
+            header = r.sdk_block.header if r.sdk_block.header.height else r.block.header
+            return time_from_proto(header.time)
+        except (grpc.RpcError, ProtocolError) as exc:
+            log.warning(
+                "%s: tx %s at height %d: no block time (%s); its per-lease settlements are not recorded",
+                operation, included.txhash, included.height, exc,
+            )
+            return None
 
     @staticmethod
     def _unpack(operation: str, included: IncludedTx, index: int, type_url: str, into: Message) -> None:
@@ -404,6 +473,8 @@ class CosmpyChainClient:
                     height=included.height,
                     msg_responses=self._msg_responses(operation, included),
                     gas_used=included.gas_used,
+                    events=tuple((e.type, {a.key: a.value for a in e.attributes}) for e in included.events),
+                    timestamp=included.timestamp,
                 )
             except ChainError as exc:
                 if retries >= self.max_tx_retries or not self._retry_here(exc):

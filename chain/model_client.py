@@ -3,6 +3,14 @@
 Calls go straight into the model as the provider's account would send them,
 through the fault plan first, so tests can make any call fail, stall, lag or
 answer stale.
+
+A withdraw or close answers with the model's own tx: the client listens to
+the model's events and keeps the ``TxEvents`` its call emitted (the model
+emits synchronously, in the calling thread, under its lock; a thread-local
+slot tells our tx from other threads'). So the tx hash it reports is the one
+every other subscriber sees (the ledger's model feed deduplicates the
+settlements it reads from the same events on (tx, lease, denom)), and the
+per-lease settlements come from the events as on a node.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ import threading
 from typing import Any, Callable, Sequence
 
 from chain.faults import Faults
-from chain.model import MAX_BATCH_LEASE_SIZE, BillingModel
+from chain.model import MAX_BATCH_LEASE_SIZE, BillingModel, TxEvents
 from chain.errors import ChainError, INVALID_REQUEST
+from chain.settlements import settlements_in_tx
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
 
@@ -38,6 +47,24 @@ class ModelChainClient:
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
+        #: per thread: the txs the model emitted during this thread's write, or None
+        self._emitted = threading.local()
+        model.subscribe(self._on_tx)
+
+    def _on_tx(self, tx: TxEvents) -> None:
+        sink = getattr(self._emitted, "txs", None)
+        if sink is not None:
+            sink.append(tx)
+
+    def _write(self, fn: Callable[[], Any]) -> tuple[Any, TxEvents | None]:
+        """Run one model write; its answer and the tx it emitted (None when it emitted nothing)."""
+        self._emitted.txs = []
+        try:
+            result = fn()
+            txs = self._emitted.txs
+        finally:
+            self._emitted.txs = None
+        return result, (txs[-1] if txs else None)
 
     def _call(self, operation: str, subject: Any, fn: Callable[[], Any]) -> Any:
         with self._lock:
@@ -59,15 +86,23 @@ class ModelChainClient:
 
     def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
         def send() -> WithdrawPage:
-            r = self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key)
-            tx = hashlib.sha256(repr((provider_uuid, key, self.model.height)).encode()).hexdigest().upper()
+            r, tx = self._write(
+                lambda: self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key)
+            )
+            if tx is None:  # an empty page: no events, nothing settled
+                tx_hash = hashlib.sha256(repr((provider_uuid, key, self.model.height)).encode()).hexdigest().upper()
+                settled: tuple = ()
+            else:
+                tx_hash = tx.tx_hash
+                settled = tuple(settlements_in_tx(tx.tx_hash, tx.time, _pairs(tx), provider_uuid=provider_uuid))
             return WithdrawPage(
-                tx_hash=tx,
+                tx_hash=tx_hash,
                 total_amounts=r.total_amounts,
                 withdrawal_count=r.withdrawal_count,
                 has_more=r.has_more,
                 next_key=r.next_key,
                 payout_address=r.payout_address,
+                settlements=settled,
             )
 
         return self._call("withdraw_by_provider", (provider_uuid, key), send)
@@ -88,9 +123,10 @@ class ModelChainClient:
             raise ChainError.billing(INVALID_REQUEST, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
 
         def send() -> CloseOutcome:
-            r = self.model.close_leases(self.sender, list(lease_uuids), reason)
-            tx = hashlib.sha256(repr((tuple(lease_uuids), self.model.height)).encode()).hexdigest().upper()
-            return CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx,))
+            r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))
+            assert tx is not None, "a close that succeeded emits its lease_closed events"
+            settled = settlements_in_tx(tx.tx_hash, tx.time, _pairs(tx), lease_uuids=set(lease_uuids))
+            return CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
 
         return self._call("close_leases", tuple(lease_uuids), send)
 
@@ -106,3 +142,7 @@ class ModelChainClient:
 
     def close(self) -> None:
         self.faults.close()
+
+
+def _pairs(tx: TxEvents) -> list[tuple[str, dict[str, str]]]:
+    return [(e.type, dict(e.attributes)) for e in tx.events]

@@ -4,6 +4,11 @@ These mirror the ``liftedinit.billing.v1`` types the sidecar reads (see
 CHAIN.md), reduced to the fields its decisions use. Every chain answer that
 reaches an actor is one of these, so a capture holds exactly what the
 sidecar saw.
+
+``LeaseSettled`` (what one tx moved from one lease) is read from a tx's
+events by the chain clients and carried on ``WithdrawPage``/``CloseOutcome``;
+it lives here rather than in ``messages.ledger`` (which re-exports it, as
+the ledger's fact) because ``messages.ledger`` imports this module.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ __all__ = [
     "CreditEstimate",
     "WithdrawPage",
     "CloseOutcome",
+    "LeaseSettled",
     "NodeStatus",
     "ChainFailure",
     "LEASE_STATES",
@@ -83,6 +89,25 @@ class CreditEstimate:
     active_lease_count: int = 0
 
 
+@message("lease_settled")
+@dataclass(frozen=True, slots=True)
+class LeaseSettled:
+    """What one settlement moved from a lease's tenant to us, per denom.
+
+    From a ``provider_withdraw`` event (``kind`` "withdraw"; ``amount``) or a
+    ``lease_closed`` event (``kind`` "close"; ``settled_amounts``). ``at`` is
+    the block time of the transaction. The statement sets these beside what
+    the lease accrued, so a tenant whose credit ran out shows the shortfall.
+    """
+
+    at: datetime
+    tx_hash: str
+    lease_uuid: str
+    amounts: tuple[Coin, ...]
+    kind: str = "withdraw"
+    tenant: str = ""
+
+
 @message("withdraw_page")
 @dataclass(frozen=True, slots=True)
 class WithdrawPage:
@@ -94,6 +119,10 @@ class WithdrawPage:
     has_more: bool
     next_key: bytes
     payout_address: str = ""
+    #: What the tx moved from each lease (its ``provider_withdraw`` events;
+    #: ``at`` is the block time), for the ledger. Empty in captures made
+    #: before the chain clients read them.
+    settlements: tuple[LeaseSettled, ...] = ()
 
 
 @message("close_outcome")
@@ -101,6 +130,9 @@ class WithdrawPage:
 class CloseOutcome:
     closed_count: int
     tx_hashes: tuple[str, ...]
+    #: What the close settled on each lease (its ``lease_closed`` events;
+    #: ``at`` is the block time), for the ledger. Empty in older captures.
+    settlements: tuple[LeaseSettled, ...] = ()
 
 
 @message("node_status")

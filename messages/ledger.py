@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from messages.chain import Lease
+# LeaseSettled is defined beside the chain answers that carry it
+# (WithdrawPage, CloseOutcome); it is one of the ledger's facts all the same.
+from messages.chain import Lease, LeaseSettled
 from messages.codec import message
 from messages.coins import Coin
 from messages.credit import TenantSnapshot
@@ -101,25 +103,6 @@ class LeaseObserved:
 
     at: datetime
     lease: Lease
-
-
-@message("lease_settled")
-@dataclass(frozen=True, slots=True)
-class LeaseSettled:
-    """What one settlement moved from a lease's tenant to us, per denom.
-
-    From a ``provider_withdraw`` event (``kind`` "withdraw"; ``amount``) or a
-    ``lease_closed`` event (``kind`` "close"; ``settled_amounts``). ``at`` is
-    the block time of the transaction. The statement sets these beside what
-    the lease accrued, so a tenant whose credit ran out shows the shortfall.
-    """
-
-    at: datetime
-    tx_hash: str
-    lease_uuid: str
-    amounts: tuple[Coin, ...]
-    kind: str = "withdraw"
-    tenant: str = ""
 
 
 __all__ += ["LeaseObserved", "LeaseSettled"]
