@@ -12,7 +12,8 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
    still active, drop the others (reported as already closed) and send the
    rest once more.
 4. Tell each tenant what became of its leases, the ledger what was closed,
-   and the scheduler the totals.
+   and the scheduler the totals. The ledger hears what each batch settled
+   per lease (its ``LeaseSettled``) as soon as the batch is answered.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ class CloseRound:
             for u in message.lease_uuids:
                 self.closed[u] = message.outcome.tx_hashes
             batch.done = True
+            # What the close took from each lease, as the tx's events said.
+            out.extend(Send(LEDGER, settled) for settled in message.outcome.settlements)
         elif message.error is not None and is_lease_gone(message.error) and not batch.checked:
             batch.checked = True
             out.append(

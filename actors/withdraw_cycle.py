@@ -15,6 +15,10 @@ Failure rules:
   the cursor. The cycle ends there, with the error.
 - Any other error ends the cycle.
 - "No withdrawable amount" on the first page is a drained provider, not an error.
+
+Each included page is told to the ledger: the page (``WithdrawalRecorded``)
+and what it settled on each lease (the page's ``LeaseSettled``, read by the
+chain client from the tx's ``provider_withdraw`` events).
 """
 
 from __future__ import annotations
@@ -84,6 +88,8 @@ class WithdrawCycle:
                 ),
             )
         ]
+        # What the page took from each lease: the statement's "withdrawn" column.
+        out.extend(Send(LEDGER, settled) for settled in page.settlements)
         if not page.next_key:
             return out + self._finish()
         if self.page >= self.settings.max_withdraw_iterations:

@@ -15,9 +15,12 @@ from messages.chain_actor import (
     LeaseCheckCall,
     NodeStatusAnswered,
 )
+from messages.coins import Coin
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
+from messages.ledger import ClosureRecorded, LeaseSettled
 from messages.scheduler import ClosuresFlushed
 from runtime.clock import utc
+from runtime.router import LEDGER
 from tests.support import settings
 
 T0 = utc(2026, 3, 1)
@@ -74,3 +77,21 @@ def test_a_syncing_or_lagging_node_closes_nothing() -> None:
         (failed,) = msgs(out, CloseFailed)
         assert failed.retry_at == T0 + S.credit_check_retry_interval
         assert "balances may be stale" in failed.error.message
+
+
+def test_each_batchs_lease_settlements_go_to_the_ledger() -> None:
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r")])
+    rnd.on_status(NodeStatusAnswered(1, FRESH), T0)
+    settled = (
+        LeaseSettled(T0, "TX", "a", (Coin("umfx", 3),), kind="close", tenant="t1"),
+        LeaseSettled(T0, "TX", "b", (Coin("umfx", 5),), kind="close", tenant="t1"),
+    )
+    out = rnd.on_batch(CloseBatchAnswered(1, 1, ("a", "b"), outcome=CloseOutcome(2, ("TX",), settled)), T0)
+    to_ledger = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
+    assert tuple(m for m in to_ledger if isinstance(m, LeaseSettled)) == settled
+    assert [m for m in to_ledger if isinstance(m, ClosureRecorded)][0].lease_uuids == ("a", "b")
+    # A failed batch settled nothing: nothing of the kind goes to the ledger.
+    rnd = CloseRound(2, 5, S, [CloseRequested(5, "t1", ("c",), "r")])
+    rnd.on_status(NodeStatusAnswered(2, FRESH), T0)
+    err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
+    assert not msgs(rnd.on_batch(CloseBatchAnswered(2, 1, ("c",), error=err), T0), LeaseSettled)

@@ -10,9 +10,10 @@ from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
 from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
 from messages.coins import Coin
-from messages.ledger import WithdrawalRecorded
+from messages.ledger import LeaseSettled, WithdrawalRecorded
 from messages.scheduler import WithdrawFinished
 from runtime.clock import utc
+from runtime.router import LEDGER
 from tests.support import settings
 
 T0 = utc(2026, 3, 1)
@@ -99,3 +100,21 @@ def test_stale_answers_and_retry_timers_are_ignored() -> None:
     c.begin()
     assert c.answered(WithdrawPageAnswered(1, 1, 2, result=page(1, b"")), T0) == []
     assert c.retry(RetryWithdrawPage(1, 1, 3)) == []
+
+
+def test_each_pages_lease_settlements_go_to_the_ledger_after_the_page() -> None:
+    at = T0 - timedelta(seconds=3)  # the block time, not when the answer arrived
+    settled = (
+        LeaseSettled(at, "TX1", "lease-a", (Coin("umfx", 4),)),
+        LeaseSettled(at, "TX1", "lease-b", (Coin("umfx", 6), Coin("upwr", 1))),
+    )
+    c = WithdrawCycle(1, settings())
+    c.begin()
+    first = WithdrawPage("TX1", (Coin("umfx", 10), Coin("upwr", 1)), 2, True, b"k1", settlements=settled)
+    out = c.answered(WithdrawPageAnswered(1, 1, 1, result=first), T0)
+    to_ledger = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
+    assert [type(m) for m in to_ledger] == [WithdrawalRecorded, LeaseSettled, LeaseSettled]
+    assert tuple(to_ledger[1:]) == settled  # forwarded as the chain client read them
+    assert all(e.at is None for e in out if isinstance(e, Send) and e.to == LEDGER)
+    out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"")), T0)
+    assert not only(out, LeaseSettled)  # a page that carries none sends none

@@ -1,0 +1,245 @@
+"""Per-lease settlements of our own withdraws and closes, from the chain to the ledger.
+
+Over real gRPC to the devnet (manual clock, blocks cut only when a tx
+waits, so amounts are exact) and on the in-process model: each
+``WithdrawPage``/``CloseOutcome`` carries what its tx moved from each lease,
+equal to what the chain model booked (``BillingModel.lease_totals``), and
+the withdraw cycle and closure round hand them to the ledger writer. In
+model mode the ledger's model feed reports the same settlements from the
+model's events: the ledger must hold each once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from actors.chain_actor import ChainActor
+from actors.chain_io import ChainIO, InlineExecutor
+from actors.ledger_writer import start_ledger_writer
+from actors.shell import start_actor
+from chain.cosmpy_client import parse_block_time
+from chain.model import BillingModel
+from chain.model_client import ModelChainClient
+from chain.settlements import settlements_in_tx
+from ledger.model_feed import ModelLedgerFeed
+from ledger.settings import LedgerSettings
+from ledger.store import Ledger
+from messages.chain import LeaseItem
+from messages.chain_actor import FlushClosures, WithdrawRequested
+from messages.coins import Coin
+from messages.credit import CloseRequested
+from messages.ledger import LeaseSettled
+from messages.scheduler import ClosuresFlushed, WithdrawFinished
+from runtime.clock import ManualClock, utc
+from runtime.dispatch import ManualDispatcher
+from runtime.router import CHAIN, SCHEDULER, Router
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world
+from tests.support import probe, settings
+
+
+@pytest.fixture
+def world():
+    w = make_world()
+    yield w
+    w.close()
+
+
+def by_lease(settlements) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for s in settlements:
+        for c in s.amounts:
+            out[s.lease_uuid][c.denom] = out[s.lease_uuid].get(c.denom, 0) + c.amount
+    return dict(out)
+
+
+def paid(model: BillingModel, leases) -> dict[str, dict[str, int]]:
+    return {u: model.lease_totals(u)[1] for u in leases if model.lease_totals(u)[1]}
+
+
+def two_denom_lease(model: BillingModel, tenant: str) -> str:
+    items = [LeaseItem("cpu", 2, Coin("umfx", 3)), LeaseItem("gpu", 1, Coin("upwr", 5))]
+    return model.create_lease(tenant, PROVIDER, items).uuid
+
+
+def populate(model: BillingModel, fund, lease) -> dict[str, str]:
+    """Our leases: a plain one, a two-denom one, one whose tenant runs dry; and another provider's."""
+    rich = fund("rich", 10**9)
+    model.fund_credit(rich, [Coin("upwr", 10**9)])
+    poor = fund("poor", 600)
+    return {
+        "plain": lease(rich, 10, PROVIDER),
+        "two_denoms": two_denom_lease(model, rich),
+        "runs_dry": lease(poor, 10, PROVIDER),
+        "other": lease(rich, 10, OTHER_PROVIDER),
+    }
+
+
+def devnet_leases(world: World) -> dict[str, str]:
+    return populate(world.model, world.tenant, lambda t, price, p: world.lease(t, price=price, provider=p))
+
+
+def test_a_paged_withdraw_over_grpc_carries_each_lease_settlement(world: World) -> None:
+    leases = devnet_leases(world)
+    ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
+    world.clock.advance(100)
+    client = world.client(withdraw_limit=2)
+
+    first = client.withdraw_by_provider(PROVIDER, b"")
+    second = client.withdraw_by_provider(PROVIDER, first.next_key)
+
+    assert first.has_more and not second.has_more
+    settled = first.settlements + second.settlements
+    assert sorted(s.lease_uuid for s in settled) == sorted(ours)  # never the other provider's lease
+    assert by_lease(settled) == paid(world.model, ours)
+    assert by_lease(settled)[leases["runs_dry"]] == {"umfx": 600}  # all the credit there was; auto-closed
+    assert world.model.lease(leases["runs_dry"]).state == "CLOSED"
+    assert set(by_lease(settled)[leases["two_denoms"]]) == {"umfx", "upwr"}
+    for page in (first, second):
+        assert {s.tx_hash for s in page.settlements} == {page.tx_hash}
+        assert all(s.kind == "withdraw" for s in page.settlements)
+        page_total = defaultdict(int)
+        for s in page.settlements:
+            for c in s.amounts:
+                page_total[c.denom] += c.amount
+        assert tuple(Coin(d, a) for d, a in sorted(page_total.items())) == page.total_amounts
+        included = world.node.get_tx(page.tx_hash)
+        assert all(s.at == parse_block_time(included.timestamp) for s in page.settlements)
+
+
+def test_a_close_over_grpc_carries_each_lease_settlement(world: World) -> None:
+    leases = devnet_leases(world)
+    world.clock.advance(40)
+    client = world.client()
+    client.withdraw_by_provider(PROVIDER, b"")  # the close settles only what accrued since
+    world.clock.advance(30)
+    before = paid(world.model, [leases["plain"], leases["two_denoms"]])
+
+    outcome = client.close_leases([leases["plain"], leases["two_denoms"]], "tenant asked")
+
+    after = paid(world.model, [leases["plain"], leases["two_denoms"]])
+    expected = {u: {d: a - before[u].get(d, 0) for d, a in totals.items()} for u, totals in after.items()}
+    assert by_lease(outcome.settlements) == expected
+    assert expected[leases["plain"]]["umfx"] >= 300  # 30 s and a block at 10/s: something was settled
+    assert all(s.kind == "close" and s.tx_hash == outcome.tx_hashes[0] for s in outcome.settlements)
+    assert {s.tenant for s in outcome.settlements} == {world.model.lease(leases["plain"]).tenant}
+
+
+def wire(clock, client, ledger: Ledger, provider_uuid: str = PROVIDER):
+    """chain-io + chain actor + ledger writer on one manual dispatcher, a probe as the scheduler."""
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    start_actor(router, ChainIO, dispatcher, router, client, provider_uuid, InlineExecutor(), InlineExecutor())
+    start_actor(router, ChainActor, dispatcher, router, clock, settings())
+    writer = start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
+    scheduler = probe(router, dispatcher, SCHEDULER)
+    return dispatcher, router, writer, scheduler
+
+
+def withdraw_then_close(dispatcher, router, scheduler, clock, close: list[str], tenant: str) -> None:
+    router.tell(CHAIN, WithdrawRequested(1))
+    dispatcher.run_until_idle()
+    (finished,) = [m for m in scheduler.received if isinstance(m, WithdrawFinished)]
+    assert finished.error is None and finished.withdrawal_count == 3
+    clock.advance(20)  # so that the close settles something of its own
+    router.tell(CHAIN, CloseRequested(1, tenant, tuple(close), "tenant asked"))
+    router.tell(CHAIN, FlushClosures(1))
+    dispatcher.run_until_idle()
+    (flushed,) = [m for m in scheduler.received if isinstance(m, ClosuresFlushed)]
+    assert flushed.closed == tuple(sorted(close)) and flushed.error is None
+
+
+def ledger_settlements(ledger: Ledger) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for lease, denom, amount in ledger.conn.execute("SELECT lease_uuid, denom, amount FROM settlements"):
+        out[lease][denom] = out[lease].get(denom, 0) + int(amount)
+    return dict(out)
+
+
+def test_devnet_settlements_reach_the_ledger_through_the_actors(world: World, tmp_path) -> None:
+    leases = devnet_leases(world)
+    ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
+    world.clock.advance(100)
+    ledger = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
+    dispatcher, router, writer, scheduler = wire(world.clock, world.client(withdraw_limit=2), ledger)
+    try:
+        rich = world.model.lease(leases["plain"]).tenant
+        withdraw_then_close(dispatcher, router, scheduler, world.clock, [leases["plain"], leases["two_denoms"]], rich)
+        assert ledger_settlements(ledger) == paid(world.model, ours)
+        kinds = dict(ledger.conn.execute("SELECT kind, COUNT(*) FROM settlements GROUP BY kind").fetchall())
+        assert kinds == {"withdraw": 4, "close": 3}  # 4 (lease, denom) withdrawn, 3 closed
+    finally:
+        writer.close()  # the writer closes the ledger when the dispatcher delivers its stop
+        dispatcher.run_until_idle()
+
+
+def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path) -> None:
+    clock = ManualClock(utc(2026, 3, 1))
+    model = BillingModel(clock)
+    model.register_provider(PROVIDER, "manifest1provider")
+    model.register_provider(OTHER_PROVIDER, "manifest1other")
+
+    def fund(name: str, umfx: int) -> str:
+        model.fund_credit(f"manifest1{name}", [Coin("umfx", umfx)])
+        return f"manifest1{name}"
+
+    def lease(tenant: str, price: int, provider: str) -> str:
+        return model.create_lease(tenant, provider, [LeaseItem("sku-1", 1, Coin("umfx", price))]).uuid
+
+    leases = populate(model, fund, lease)
+    ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
+    clock.advance(100)
+    client = ModelChainClient(model, PROVIDER, "manifest1provider", withdraw_limit=2)
+    ledger = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
+    dispatcher, router, writer, scheduler = wire(clock, client, ledger)
+    feed_saw: list[str] = []
+    model.subscribe(lambda tx: feed_saw.append(tx.tx_hash))
+    ModelLedgerFeed(model, router, PROVIDER, ledger)
+    try:
+        rich = model.lease(leases["plain"]).tenant
+        sent: list[LeaseSettled] = []
+        original = client.withdraw_by_provider
+
+        def spy(provider_uuid, key):
+            page = original(provider_uuid, key)
+            sent.extend(page.settlements)
+            return page
+
+        client.withdraw_by_provider = spy  # type: ignore[method-assign]
+        withdraw_then_close(dispatcher, router, scheduler, clock, [leases["plain"], leases["two_denoms"]], rich)
+        # The client reported the model's own tx hashes: the feed's settlements coincide with them.
+        assert sent and {s.tx_hash for s in sent} <= set(feed_saw)
+        assert ledger_settlements(ledger) == paid(model, ours)
+        rows = ledger.conn.execute("SELECT COUNT(*) FROM settlements").fetchone()[0]
+        assert rows == 7
+    finally:
+        writer.close()
+        dispatcher.run_until_idle()
+
+
+def test_settlements_in_tx_filters_and_skips_bad_events() -> None:
+    at = utc(2026, 3, 1)
+    events = [
+        ("provider_withdraw", {"lease_uuid": "a", "provider_uuid": PROVIDER, "amount": "5umfx,2upwr"}),
+        ("provider_withdraw", {"lease_uuid": "b", "provider_uuid": OTHER_PROVIDER, "amount": "9umfx"}),
+        ("provider_withdraw", {"lease_uuid": "", "provider_uuid": PROVIDER, "amount": "1umfx"}),
+        ("provider_withdraw", {"lease_uuid": "c", "provider_uuid": PROVIDER, "amount": "1.5umfx"}),
+        ("lease_closed", {"lease_uuid": "d", "provider_uuid": PROVIDER, "settled_amounts": "7umfx", "tenant": "t"}),
+        ("batch_withdraw", {"provider_uuid": PROVIDER, "amount": "14umfx"}),
+    ]
+    mine = settlements_in_tx("TX", at, events, provider_uuid=PROVIDER)
+    assert [(s.lease_uuid, s.kind, s.amounts) for s in mine] == [
+        ("a", "withdraw", (Coin("umfx", 5), Coin("upwr", 2))),
+        ("d", "close", (Coin("umfx", 7),)),
+    ]
+    assert mine[1].tenant == "t" and all(s.at == at and s.tx_hash == "TX" for s in mine)
+    assert [s.lease_uuid for s in settlements_in_tx("TX", at, events, lease_uuids={"b", "d"})] == ["b", "d"]
+
+
+def test_parse_block_time_reads_a_nodes_timestamps() -> None:
+    assert parse_block_time("2026-03-01T00:00:05Z") == utc(2026, 3, 1, 0, 0, 5)
+    assert parse_block_time("2026-03-01T00:00:05.123456789Z") == utc(2026, 3, 1, 0, 0, 5, 123456)
+    assert parse_block_time("2026-03-01T02:00:05.5+02:00") == utc(2026, 3, 1, 0, 0, 5, 500000)
+    for bad in ("", "yesterday", "2026-13-01T00:00:00Z", "2026-03-01 00:00:05"):
+        assert parse_block_time(bad) is None
