@@ -19,7 +19,7 @@ from actors.chain_actor import ChainActor
 from actors.chain_io import ChainIO, InlineExecutor
 from actors.ledger_writer import start_ledger_writer
 from actors.shell import start_actor
-from chain.cosmpy_client import parse_block_time
+from chain.cosmpy_client import IncludedTx, parse_block_time
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from chain.settlements import settlements_in_tx
@@ -243,3 +243,16 @@ def test_parse_block_time_reads_a_nodes_timestamps() -> None:
     assert parse_block_time("2026-03-01T02:00:05.5+02:00") == utc(2026, 3, 1, 0, 0, 5, 500000)
     for bad in ("", "yesterday", "2026-13-01T00:00:00Z", "2026-03-01 00:00:05"):
         assert parse_block_time(bad) is None
+
+
+def test_a_tx_without_a_block_time_keeps_its_answer_and_says_what_was_not_recorded(world: World, caplog) -> None:
+    client = world.client()
+    events = (("provider_withdraw", {"lease_uuid": "a", "provider_uuid": PROVIDER, "amount": "5umfx"}),)
+    stamped = IncludedTx("TXA", 7, (), 1, events, "2026-03-01T00:00:05Z")
+    assert [s.at for s in client._settlements("withdraw", stamped, provider_uuid=PROVIDER)] == [utc(2026, 3, 1, 0, 0, 5)]
+    # No timestamp: the block's header time is asked for; this devnet has no
+    # GetBlockByHeight, so the settlements are left out with a warning.
+    unstamped = IncludedTx("TXB", 7, (), 1, events, "")
+    with caplog.at_level("WARNING", logger="chain.cosmpy_client"):
+        assert client._settlements("withdraw", unstamped, provider_uuid=PROVIDER) == ()
+    assert "tx TXB at height 7: no block time" in caplog.text
