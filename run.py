@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         watched = len(running.sidecar.scheduler_core.tenants)
         running.close()
         clock.close()
-    log.info(f"stopped after {format_duration(clock.now() - started)} of chain time")
+    log.info(f"stopped after {format_duration((clock.now() - started) // timedelta(seconds=1) * timedelta(seconds=1))} of chain time")
     for line in summary.lines():
         log.info(line)
     log.info(f"tenants watched at the end: {watched}")

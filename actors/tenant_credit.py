@@ -79,6 +79,8 @@ class TenantCredit:
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
         #: charged denoms as persisted, for leases whose details a restart lost
         self._restored_charged: set[str] = set()
+        #: the last estimate was clamped to the horizon
+        self._clamped = False
 
     # -- snapshot ---------------------------------------------------------------
     def snapshot(self) -> TenantSnapshot:
@@ -294,7 +296,11 @@ class TenantCredit:
                     self.last_balances, self.last_sample_at = balances, now
                 prefix = ""
             new_at = estimate.at if estimate else None
-            if not prefix and not _moved(self.depletion_at, new_at, s.depletion_check_buffer):
+            clamped = estimate is not None and estimate.clamped
+            # Beyond the horizon the clamped time moves with now: not news.
+            unchanged = (clamped and self._clamped) or not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
+            self._clamped = clamped
+            if not prefix and unchanged:
                 # Nothing an operator needs to read again; the estimate the
                 # wakes are planned on stays the one already logged.
                 self._verdict(message.cycle, out, "")
