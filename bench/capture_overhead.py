@@ -13,6 +13,16 @@ otherwise: background writer, interval flush) so that the machine's other
 load falls on both alike; the medians and their ratio are printed, with what
 the capture wrote.
 
+Two measures, both as medians over the trials:
+
+- events/s of wall time: what the target speaks of, and what the other load
+  on a shared machine shakes most (a trial that loses the CPU for a second
+  loses a sixth of its events);
+- events per CPU second of this process (all its threads, the capture
+  writer's included): with the actors bound by one interpreter lock, this is
+  the throughput the process would have on a CPU of its own, and it moves
+  far less with the machine's load.
+
 Target (issue 5): capture on costs at most 10% of the events/s.
 """
 
@@ -37,13 +47,13 @@ from sidecar.config import load_config  # noqa: E402
 from sidecar.runner import build  # noqa: E402
 
 TENANTS = 500
-TRIAL_S = 6.0
-TRIALS = 4  # of each kind
+TRIAL_S = 5.0
+TRIALS = 5  # of each kind
 TARGET_LOSS = 0.10
 
 
-def trial(capture_dir: str | None) -> tuple[float, int, Any]:
-    """Events/s of one trial; with ``capture_dir`` the capture is on."""
+def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
+    """Events/s and events per CPU second of one trial; with ``capture_dir`` the capture is on."""
     clock = ManualClock(utc(2026, 3, 1))
     config = load_config(overrides={
         "ledger": {"path": ""},
@@ -61,15 +71,17 @@ def trial(capture_dir: str | None) -> tuple[float, int, Any]:
     try:
         sidecar.withdraw_once()  # warm up: the tenant monitors start
         before = dispatcher.delivered
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         while time.perf_counter() - started < TRIAL_S:
             if not sidecar.withdraw_once(timeout=60):
                 raise RuntimeError("a cycle did not finish")
-        elapsed = time.perf_counter() - started
+        if running.capture is not None:
+            running.capture.flush()  # what the cycles tapped is written, and its CPU counted
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         events = dispatcher.delivered - before
     finally:
         running.close()
-    return events / elapsed, events, running.capture
+    return events / elapsed, events / cpu, events, running.capture
 
 
 def main() -> int:
@@ -77,25 +89,33 @@ def main() -> int:
     try:
         off: list[float] = []
         on: list[float] = []
+        off_cpu: list[float] = []
+        on_cpu: list[float] = []
         written = []
         for i in range(TRIALS):
-            rate, _, _ = trial(None)
+            rate, per_cpu, _, _ = trial(None)
             off.append(rate)
-            rate, events, writer = trial(os.path.join(root, f"t{i}"))
+            off_cpu.append(per_cpu)
+            rate, per_cpu, events, writer = trial(os.path.join(root, f"t{i}"))
             on.append(rate)
+            on_cpu.append(per_cpu)
             assert writer is not None
             written.append((events, writer.records, writer.bytes_written, writer.max_queue, writer.dropped))
-            print(f"trial {i + 1}: off {off[-1]:,.0f} events/s, on {on[-1]:,.0f} events/s")
+            print(f"trial {i + 1}: off {off[-1]:,.0f} events/s ({off_cpu[-1]:,.0f}/CPU s), "
+                  f"on {on[-1]:,.0f} events/s ({on_cpu[-1]:,.0f}/CPU s)")
         m_off, m_on = statistics.median(off), statistics.median(on)
-        loss = 1 - m_on / m_off
+        c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
+        loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
         events, records, nbytes, max_queue, dropped = written[-1]
-        print(f"{TENANTS} tenants, {TRIALS} trials of {TRIAL_S:g} s each way")
-        print(f"capture off: {m_off:,.0f} events/s (median)")
-        print(f"capture on:  {m_on:,.0f} events/s (median)   ratio on/off {m_on / m_off:.3f}")
+        print(f"{TENANTS} tenants, {TRIALS} trials of {TRIAL_S:g} s each way (medians)")
+        print(f"capture off: {m_off:,.0f} events/s   {c_off:,.0f} events/CPU s")
+        print(f"capture on:  {m_on:,.0f} events/s   {c_on:,.0f} events/CPU s")
+        print(f"ratio on/off: {m_on / m_off:.3f} of events/s, {c_on / c_off:.3f} of events/CPU s")
         print(f"last capture: {records:,} records ({nbytes / 1e6:.1f} MB, {nbytes / max(records, 1):.0f} B/record), "
               f"longest queue {max_queue:,}, dropped {dropped}")
         verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
-        print(f"capture costs {loss:.1%} of the events/s: {verdict} the target of at most {TARGET_LOSS:.0%}")
+        print(f"capture costs {loss:.1%} of the events/s ({cpu_loss:.1%} of the events per CPU second): "
+              f"{verdict} the target of at most {TARGET_LOSS:.0%}")
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)

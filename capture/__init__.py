@@ -15,6 +15,7 @@ from capture.errors import (  # noqa: F401
     NewerCaptureFormat,
     NewerSchemaInCapture,
     NotACapture,
+    OlderCaptureFormat,
     TruncatedRecord,
     UnknownTypeInCapture,
 )

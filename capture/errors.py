@@ -11,6 +11,7 @@ __all__ = [
     "CaptureError",
     "NotACapture",
     "NewerCaptureFormat",
+    "OlderCaptureFormat",
     "TruncatedRecord",
     "CorruptRecord",
     "UnknownTypeInCapture",
@@ -43,6 +44,12 @@ class NewerCaptureFormat(CaptureError):
     """Written by a newer version of the capture format (or a record kind this build does not know)."""
 
     kind = "newer-format"
+
+
+class OlderCaptureFormat(CaptureError):
+    """Written by a capture format older than this build still reads."""
+
+    kind = "older-format"
 
 
 class TruncatedRecord(CaptureError):

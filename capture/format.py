@@ -29,7 +29,8 @@ Record bodies (the first element says which):
   before the first record that uses them in this file (``capture.wire``).
 
 Messages inside deliveries are written as ``capture.wire`` describes: flat
-arrays referring to the file's type table. A message that is not a
+arrays referring to the file's type table, a repeated ``Lease`` (or
+``LeaseItem``) as a back-reference to its first appearance in the file. A message that is not a
 registered type is written as its Python type name (``OpaqueDelivery``), so
 replay knows an input is missing rather than silently skipping it.
 """
@@ -45,6 +46,7 @@ from typing import Any
 __all__ = [
     "FILE_MAGIC",
     "FORMAT_VERSION",
+    "OLDEST_FORMAT_VERSION",
     "FILE_HEADER",
     "FRAME_MARK",
     "FRAME_HEADER",
@@ -66,7 +68,12 @@ __all__ = [
 FILE_MAGIC = b"LWCAP\r\n\x1a"
 #: Raised when the frame layout or the record kinds change meaning; a reader
 #: refuses files written with a newer version instead of misreading them.
-FORMAT_VERSION = 1
+#: Version 2 added interned objects (``capture.wire``: definitions and
+#: back-references); a version 1 file is a version 2 file without them, so
+#: this build still reads it. Versions below ``OLDEST_FORMAT_VERSION`` are
+#: refused as older than this build reads.
+FORMAT_VERSION = 2
+OLDEST_FORMAT_VERSION = 1
 FILE_HEADER = struct.Struct(">8sH")
 FRAME_MARK = b"\xc1\xa7"  # 0xc1 is never used by msgpack, so a body rarely holds the mark
 FRAME_HEADER = struct.Struct(">2sII")

@@ -35,6 +35,7 @@ from capture.errors import (
     NewerCaptureFormat,
     NewerSchemaInCapture,
     NotACapture,
+    OlderCaptureFormat,
     TruncatedRecord,
     UnknownTypeInCapture,
 )
@@ -44,6 +45,7 @@ from capture.format import (
     FILE_SUFFIX,
     FORMAT_VERSION,
     FRAME_HEADER,
+    OLDEST_FORMAT_VERSION,
     FRAME_MARK,
     KIND_DELIVERIES,
     KIND_FILE_PART,
@@ -338,6 +340,12 @@ def _probe(path: str, decoding: _Decoding) -> _File:
                 raise NewerCaptureFormat(
                     path, len(FILE_MAGIC),
                     f"capture format version {version} is newer than the version {FORMAT_VERSION} this build reads",
+                )
+            if version < OLDEST_FORMAT_VERSION:
+                raise OlderCaptureFormat(
+                    path, len(FILE_MAGIC),
+                    f"capture format version {version} is older than the oldest version "
+                    f"({OLDEST_FORMAT_VERSION}) this build reads",
                 )
             first = fh.read(_HEADER_SIZE)
             if len(first) == _HEADER_SIZE:

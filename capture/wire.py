@@ -24,6 +24,29 @@ type or a newer schema version is the codec's ``UnknownMessageType`` /
 codec's big-int ext, datetimes msgpack's timestamp, tuples arrays. This is
 about 2.5 times faster to write than the codec's form and half the size.
 
+Values that repeat are written once per file (*interning*, for the types
+the encoder is told to intern; the capture writer interns ``Lease`` and
+``LeaseItem``). The chain returns the very same ``Lease`` object for a lease
+that has not changed, and a provider's active-lease list (a thousand leases,
+read every cycle) is most of what a capture would otherwise write. The first
+time an encoder meets such an object it writes it as usual, with a
+*definition* mark in place of the type reference::
+
+    [<define: type index, object index>, value_1, value_2, ...]
+
+and every later time, a *back-reference*: a small ext (``EXT_OBJECT_REF``)
+holding the object index. Objects are recognised by identity first (one
+dictionary look-up, no hashing; the encoder keeps them alive for the file,
+so an identity is never reused), then by value: a chain that settles a lease
+rebuilds its ``Lease`` with the same content, and a value already written is
+not written again. (Values equal by ``==`` are one object to a reader: a
+field that held ``1.0`` where an equal object held ``1`` reads back as the
+first one's; message fields are typed, so this does not arise.) The table belongs to a
+file: the writer starts a new table with every file (``new_file()``), so
+each file still reads on its own, and a reader resolves a back-reference to
+the very object it built for the definition (so a decoded active-lease list
+shares its ``Lease`` objects across cycles, as the live one did).
+
 Neither class is thread-safe: one per thread.
 """
 
@@ -31,19 +54,24 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable
+import types
+import typing
+from datetime import datetime
+from typing import Any, Callable, Iterable
 
 import msgpack
 
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, registry
 
 __all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "BAD", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
-           "EXT_OPAQUE", "opaque"]
+           "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED"]
 
 #: ext codes inside capture bodies; part of the capture file format.
 EXT_BIG_INT = 2  # the codec's: decimal digits of an int outside 64 bits
 EXT_TYPE_REF = 5  # index into the file's type table (2 bytes, big-endian)
 EXT_OPAQUE = 6  # a message that could not be captured: its Python type name (UTF-8)
+EXT_DEFINE = 7  # first element of an interned object: type index (2 bytes) + object index (4 bytes), big-endian
+EXT_OBJECT_REF = 8  # an interned object written before in this file: its object index (4 bytes, big-endian)
 
 _ExtType = msgpack.ExtType
 _tuple_new = tuple.__new__
@@ -52,6 +80,12 @@ _unpackb = msgpack.unpackb
 
 #: Types one file can declare (the type reference holds two bytes).
 MAX_TYPES = 65_536
+
+#: Interned objects one file holds at most. The encoder keeps each alive
+#: until the file ends (and a reader keeps the decoded ones): past this many
+#: a file writes further new objects whole, so memory stays bounded however
+#: large ``max_file_bytes`` is.
+MAX_INTERNED = 200_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,13 +112,56 @@ def opaque(type_name: str) -> msgpack.ExtType:
     return _tuple_new(_ExtType, (EXT_OPAQUE, type_name.encode("utf-8")))
 
 
+#: Field types an interning key holds by value (hashable, immutable).
+_PLAIN = frozenset({str, int, bool, float, bytes, type(None), datetime})
+
+
+def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving an interned object's key: what makes two of them equal.
+
+    Fields declared plain (``str``, ``int``, ``datetime``, optional or not)
+    are in the key by value; every other field (a tuple of ``LeaseItem``, a
+    nested message) by identity: one C call per field where hashing the value
+    would call each nested dataclass's ``__hash__`` in Python. An identity is
+    sound (the same object is equal to itself; messages are immutable) and,
+    since the encoder keeps the defined object alive, never reused. The key
+    is generated from the field names and types, like the dataclass's own
+    methods; a type whose annotations cannot be resolved is keyed by its
+    fields' identities alone.
+    """
+    try:
+        hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
+    except Exception:  # an annotation naming what is not importable here
+        hints = {}
+    parts = []
+    for f in cls._message_fields:  # type: ignore[attr-defined]
+        tp = hints.get(f)
+        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+        plain = tp is not None and all(a in _PLAIN for a in args)
+        parts.append(f"v.{f}" if plain else f"_id(v.{f})")
+    env: dict[str, Any] = {"_id": id, "_cls": cls}  # the class first: two types' keys never meet
+    exec(f"def key(v):\n    return (_cls, {', '.join(parts)})", env)  # noqa: S102 - field names of a dataclass
+    return env["key"]
+
+
 class CaptureEncoder:
     """Messages (and structures holding them) to flat msgpack, declaring types as it meets them."""
 
-    def __init__(self) -> None:
+    def __init__(self, interned: Iterable[str] = ()) -> None:
         self.declared: list[TypeDecl] = []
         self._new: list[TypeDecl] = []
+        #: Message names whose objects are written once per file, then referred to.
+        self.interned = frozenset(interned)
         self._plans: dict[type, tuple[Any, Callable[[Any], tuple[Any, ...]]]] = {}
+        #: id(object) -> its back-reference, and its value key -> the same,
+        #: for an equal object met anew (``_intern``); ``_defined`` holds
+        #: (key, object) by object index, keeping the objects alive (an
+        #: identity must not be reused while the table knows it) and letting a
+        #: failed encoding take back what it defined.
+        self._refs: dict[int, Any] = {}
+        self._keys: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+        self._by_value: dict[tuple[Any, ...], Any] = {}
+        self._defined: list[tuple[tuple[Any, ...], Any]] = []
         self._packer = msgpack.Packer(default=self._default, datetime=True, use_bin_type=True, autoreset=True)
 
     def _plan(self, cls: type) -> tuple[Any, Callable[[Any], tuple[Any, ...]]] | None:
@@ -106,7 +183,13 @@ class CaptureEncoder:
         self.declared.append(decl)
         self._new.append(decl)
         # ExtType's own constructor re-checks its arguments in Python; these are known good.
-        plan = self._plans[cls] = (_tuple_new(_ExtType, (EXT_TYPE_REF, index.to_bytes(2, "big"))), getter)
+        # An interned type's mark is its index bytes (the definition ext is made per object).
+        if name in self.interned:
+            mark: Any = index.to_bytes(2, "big")
+            self._keys[cls] = _value_key(cls)
+        else:
+            mark = _tuple_new(_ExtType, (EXT_TYPE_REF, index.to_bytes(2, "big")))
+        plan = self._plans[cls] = (mark, getter)
         return plan
 
     def _default(self, value: Any) -> Any:
@@ -120,7 +203,35 @@ class CaptureEncoder:
                     return list(value)
                 raise CodecError(f"cannot encode a value of type {type(value).__name__}")
         mark, getter = plan
+        if type(mark) is bytes:  # an interned type
+            ref = self._refs.get(id(value))
+            if ref is not None:
+                return ref
+            return self._intern(value, mark, getter)
         return (mark, *getter(value))
+
+    def _intern(self, value: Any, mark: bytes, getter: Callable[[Any], tuple[Any, ...]]) -> Any:
+        """An interned-type object not met by identity: a reference to an equal one, or its definition.
+
+        Equal means: the same plain field values, and the very same objects
+        in the other fields (a rebuilt ``Lease`` keeps its ``items`` tuple);
+        see ``_value_key``. The defined object is kept alive with its key, so
+        the identities in the key cannot be reused while the file lasts.
+        """
+        try:
+            key = self._keys[type(value)](value)
+            ref = self._by_value.get(key)
+        except TypeError:  # an unhashable value where a plain one was declared
+            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *getter(value))
+        if ref is not None:
+            return ref
+        n = len(self._defined)
+        if n >= MAX_INTERNED:
+            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *getter(value))
+        index = n.to_bytes(4, "big")
+        ref = self._by_value[key] = self._refs[id(value)] = _tuple_new(_ExtType, (EXT_OBJECT_REF, index))
+        self._defined.append((key, value))
+        return (_tuple_new(_ExtType, (EXT_DEFINE, mark + index)), *getter(value))
 
     def encode(self, value: Any) -> bytes:
         """msgpack bytes for ``value``; raises ``CodecError`` for what cannot be encoded.
@@ -128,17 +239,48 @@ class CaptureEncoder:
         Types met for the first time are in ``take_new()`` afterwards (even
         when encoding failed half way: they stay declared).
         """
+        kept = self._mark()
         try:
             return self._packer.pack(value)
         except CodecError:
-            self._reset()
+            self._reset(kept)
             raise
         except Exception as exc:  # naive datetimes, recursion, ...
-            self._reset()
+            self._reset(kept)
             raise CodecError(f"cannot encode {type(value).__name__}: {exc}") from exc
 
-    def _reset(self) -> None:
-        # A failed pack may leave partial output behind: start from a fresh packer.
+    def check(self, value: Any) -> None:
+        """Raise ``CodecError`` if ``value`` cannot be encoded; nothing it interns stays interned.
+
+        (Its bytes are thrown away, so a definition in them must not be
+        referred to later.)
+        """
+        kept = self._mark()
+        try:
+            self.encode(value)
+        finally:
+            self._forget(kept)
+
+    def new_file(self) -> None:
+        """A new file begins: its interned objects are written afresh."""
+        self._refs = {}
+        self._by_value = {}
+        self._defined = []
+
+    def _mark(self) -> int:
+        return len(self._defined)
+
+    def _forget(self, mark: int) -> None:
+        """Take back what was interned since ``mark``."""
+        for key, obj in self._defined[mark:]:
+            del self._refs[id(obj)]
+            del self._by_value[key]
+        del self._defined[mark:]
+
+    def _reset(self, kept: int) -> None:
+        # A failed pack may leave partial output behind: start from a fresh
+        # packer, and forget what it interned (those bytes are never written).
+        self._forget(kept)
         self._packer = msgpack.Packer(default=self._default, datetime=True, use_bin_type=True, autoreset=True)
 
     def take_new(self) -> list[TypeDecl]:
@@ -162,18 +304,23 @@ BAD = _Bad()
 
 
 class _TypeRef:
-    """A declared type, ready to build its messages from a writer's field order."""
+    """A declared type, ready to build its messages from a writer's field order.
 
-    __slots__ = ("decl", "error", "cls", "setters", "fill", "post_init", "positional")
+    ``build(array)`` makes one message from its array (the type mark, then
+    the values in the writer's field order; no slice made); for a slots
+    dataclass (every message type) it is a function generated for the
+    writer's field order, filling the slots directly as the dataclass's own
+    ``__init__`` would, minus the frozen-dataclass ``__setattr__`` cost and
+    any per-field loop: a replay builds hundreds of thousands of them.
+    """
+
+    __slots__ = ("decl", "error", "cls", "build")
 
     def __init__(self, decl: TypeDecl) -> None:
         self.decl = decl
         self.error: CodecError | None = None
         self.cls: type | None = None
-        self.setters: tuple[Any, ...] = ()
-        self.fill: tuple[tuple[Any, bool, Any], ...] = ()
-        self.post_init: Any = None
-        self.positional = False
+        self.build: Callable[[tuple[Any, ...]], Any] = self._refuse
         cls = registry().get(decl.name)
         if cls is None:
             self.error = UnknownMessageType(decl.name)
@@ -193,47 +340,88 @@ class _TypeRef:
         self.cls = cls
         params = getattr(cls, "__dataclass_params__", None)
         slots = cls.__dict__.get("__slots__")
-        # A slots dataclass is filled through its slot descriptors, as its
-        # generated __init__ would, minus the frozen-dataclass setattr cost.
-        self.positional = bool(params is not None and params.init and slots is not None and set(slots) >= set(own))
-        if not self.positional:
-            return
-        self.setters = tuple(cls.__dict__[f].__set__ for f in decl.fields)
-        fill = []
-        for f in dataclasses.fields(cls):
-            if f.name in decl.fields:
-                continue
-            if f.default is not dataclasses.MISSING:
-                fill.append((cls.__dict__[f.name].__set__, False, f.default))
-            elif f.default_factory is not dataclasses.MISSING:
-                fill.append((cls.__dict__[f.name].__set__, True, f.default_factory))
-            else:
-                self.error = CodecError(f"message type {decl.name!r}: the capture lacks field {f.name!r}")
-                return
-        self.fill = tuple(fill)
-        self.post_init = getattr(cls, "__post_init__", None)
+        if params is not None and params.init and slots is not None and set(slots) >= set(own):
+            try:
+                self.build = _slots_builder(cls, decl)
+            except _MissingField as exc:
+                self.error = CodecError(f"message type {decl.name!r}: the capture lacks field {exc.args[0]!r}")
+        else:
+            self.build = self._by_keywords
 
-    def build(self, values: tuple[Any, ...]) -> Any:
+    def _refuse(self, values: tuple[Any, ...]) -> Any:
+        raise self.error or CodecError(f"message type {self.decl.name!r} cannot be built")
+
+    def _by_keywords(self, values: tuple[Any, ...]) -> Any:
+        values = values[1:]
         if len(values) != len(self.decl.fields):
-            raise CodecError(
-                f"message type {self.decl.name!r}: {len(values)} value(s) for {len(self.decl.fields)} field(s)"
-            )
-        if not self.positional:
-            try:
-                return self.cls(**dict(zip(self.decl.fields, values)))  # type: ignore[misc]
-            except (TypeError, ValueError) as exc:
-                raise CodecError(f"message type {self.decl.name!r}: {exc}") from exc
-        obj = _object_new(self.cls)  # type: ignore[arg-type]
-        for setter, value in zip(self.setters, values):
-            setter(obj, value)
-        for setter, factory, default in self.fill:
-            setter(obj, default() if factory else default)
-        if self.post_init is not None:
-            try:
-                self.post_init(obj)
-            except (TypeError, ValueError) as exc:
-                raise CodecError(f"message type {self.decl.name!r}: {exc}") from exc
-        return obj
+            raise _count_error(self.decl, values)
+        try:
+            return self.cls(**dict(zip(self.decl.fields, values)))  # type: ignore[misc]
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"message type {self.decl.name!r}: {exc}") from exc
+
+
+class _MissingField(Exception):
+    pass
+
+
+def _count_error(decl: TypeDecl, values: tuple[Any, ...], marked: bool = False) -> CodecError:
+    n = len(values) - (1 if marked else 0)
+    return CodecError(f"message type {decl.name!r}: {n} value(s) for {len(decl.fields)} field(s)")
+
+
+def _slots_builder(cls: type, decl: TypeDecl) -> Callable[[tuple[Any, ...]], Any]:
+    """A function building ``cls`` from values in ``decl``'s field order (see ``_TypeRef``)."""
+    env: dict[str, Any] = {
+        "_new": _object_new, "_cls": cls, "_decl": decl, "_count_error": _count_error, "CodecError": CodecError,
+    }
+    n = len(decl.fields)
+    names = ["_"] + [f"v{i}" for i in range(n)]  # the type mark, then the values
+    lines = [
+        "def build(values):",
+        "    try:",
+        f"        {', '.join(names)}, = values",
+        "    except ValueError:",
+        "        raise _count_error(_decl, values, True) from None",
+    ]
+    lines.append("    o = _new(_cls)")
+    for i, f in enumerate(decl.fields):
+        env[f"s{i}"] = cls.__dict__[f].__set__
+        lines.append(f"    s{i}(o, v{i})")
+    for j, f in enumerate(dataclasses.fields(cls)):
+        if f.name in decl.fields:
+            continue
+        env[f"t{j}"] = cls.__dict__[f.name].__set__
+        if f.default is not dataclasses.MISSING:
+            env[f"d{j}"] = f.default
+            lines.append(f"    t{j}(o, d{j})")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"d{j}"] = f.default_factory
+            lines.append(f"    t{j}(o, d{j}())")
+        else:
+            raise _MissingField(f.name)
+    post = getattr(cls, "__post_init__", None)
+    if post is not None:
+        env["_post"] = post
+        lines += [
+            "    try:",
+            "        _post(o)",
+            "    except (TypeError, ValueError) as exc:",
+            "        raise CodecError(f'message type {_decl.name!r}: {exc}') from exc",
+        ]
+    lines.append("    return o")
+    exec("\n".join(lines), env)  # noqa: S102 - generated from a dataclass's own field names
+    return env["build"]
+
+
+class _Define:
+    """The first element of an interned object's array: which type, which object index."""
+
+    __slots__ = ("ref", "key")
+
+    def __init__(self, ref: _TypeRef, key: bytes) -> None:
+        self.ref = ref
+        self.key = key
 
 
 class CaptureDecoder:
@@ -241,13 +429,19 @@ class CaptureDecoder:
 
     def __init__(self) -> None:
         self._types: dict[bytes, _TypeRef] = {}
+        #: Interned objects of this file by object index (4 bytes), and why
+        #: the ones that could not be built failed.
+        self._objects: dict[bytes, Any] = {}
+        self._object_errors: dict[bytes, CodecError] = {}
         #: Errors met while decoding the last body, in order; the values they
         #: concern were replaced by ``BAD``.
         self.problems: list[CodecError] = []
 
     def reset(self) -> None:
-        """A new file: its types are declared afresh."""
+        """A new file: its types and interned objects are declared afresh."""
         self._types = {}
+        self._objects = {}
+        self._object_errors = {}
 
     def declare(self, entries: Any) -> None:
         """Read a ``TYPES`` record's entries ``[index, name, version, [field, ...]]``."""
@@ -278,6 +472,23 @@ class CaptureDecoder:
             if ref is None:
                 raise CodecError(f"type reference {data.hex()} used before the file declared it")
             return ref
+        if code == EXT_OBJECT_REF:
+            obj = self._objects.get(data)
+            if obj is None:
+                self.problems.append(
+                    CodecError(f"reference to object {int.from_bytes(data, 'big')}, which this file does not define before")
+                )
+                return BAD
+            if obj is BAD:
+                self.problems.append(self._object_errors[data])
+            return obj
+        if code == EXT_DEFINE:
+            if len(data) != 6:
+                raise CodecError(f"malformed object definition {data[:40]!r}")
+            ref = self._types.get(data[:2])
+            if ref is None:
+                raise CodecError(f"type reference {data[:2].hex()} used before the file declared it")
+            return _Define(ref, data[2:])
         if code == EXT_BIG_INT:
             try:
                 return int(data.decode("ascii"))
@@ -291,17 +502,42 @@ class CaptureDecoder:
         raise CodecError(f"unknown ext type {code}")
 
     def _array(self, values: Any) -> Any:
-        if values and type(values[0]) is _TypeRef:
+        if not values:
+            return values
+        t = type(values[0])
+        if t is _TypeRef:
             ref = values[0]
             if ref.error is not None:
                 self.problems.append(ref.error)
                 return BAD
             try:
-                return ref.build(values[1:])
+                return ref.build(values)
             except CodecError as exc:
                 self.problems.append(exc)
                 return BAD
+        if t is _Define:
+            return self._define(values[0], values)
         return values
+
+    def _define(self, define: _Define, values: tuple[Any, ...]) -> Any:
+        ref, key = define.ref, define.key
+        if key in self._objects:
+            error = CodecError(f"object {int.from_bytes(key, 'big')} defined twice in one file")
+            self.problems.append(error)
+            return BAD
+        error = ref.error
+        obj = BAD
+        if error is None:
+            try:
+                obj = ref.build(values)
+            except CodecError as exc:
+                error = exc
+        if error is not None:
+            self.problems.append(error)
+            self._object_errors[key] = error
+        if len(self._objects) < MAX_INTERNED:
+            self._objects[key] = obj
+        return obj
 
     def decode(self, data: bytes) -> Any:
         """The value in ``data``; an undecodable message inside becomes ``BAD`` (see ``problems``).

@@ -51,6 +51,7 @@ from capture.format import (
     FILE_MAGIC,
     FILE_SUFFIX,
     FORMAT_VERSION,
+    FRAME_HEADER,
     KIND_DELIVERIES,
     KIND_TYPES,
     FilePart,
@@ -80,6 +81,11 @@ BATCH_RECORDS = 256
 #: Longest a delivery waits in the queue before the writer takes it (when
 #: fewer than a batch are waiting).
 GATHER_S = 0.02
+
+#: Message types written once per file and referred to after (``capture.wire``):
+#: the chain hands out the same ``Lease`` object while a lease is unchanged,
+#: and the provider's whole active-lease list is read every cycle.
+INTERNED_TYPES = ("lease", "lease_item")
 
 #: How long ``close()`` waits for the writer thread to drain its queue.
 CLOSE_TIMEOUT_S = 60.0
@@ -217,17 +223,14 @@ class _Sink:
         records: int = 1,
         types: bytes | None = None,
         force_flush: bool = False,
-        may_rotate: bool = True,
     ) -> None:
-        """Append one frame holding ``records`` records; ``types`` declares the new types it uses."""
+        """Append one frame holding ``records`` records; ``types`` declares the new types it uses.
+
+        Never rotates: the caller asks ``rotation_due`` before it encodes for
+        good, since a frame's back-references belong to the file it goes in.
+        """
         if self.fd is None:
             self._open(at)  # a new file declares every type known: ``types`` included
-        elif may_rotate and self.file_records and (
-            self.file_bytes + len(framed) > self.max_bytes
-            or (self.max_age is not None and at - self.file_opened_at >= self.max_age)  # type: ignore[operator]
-        ):
-            self._close_file()
-            self._open(at)
         elif types:
             self.buffer += types
             self.file_bytes += len(types)
@@ -245,6 +248,22 @@ class _Sink:
             or len(self.buffer) >= MAX_BUFFER_BYTES
         ):
             self.flush()
+
+    def rotation_due(self, nbytes: int, at: datetime) -> bool:
+        """Whether a frame of ``nbytes`` written at ``at`` belongs in a new file (size or age)."""
+        return bool(
+            self.fd is not None
+            and self.file_records
+            and (
+                self.file_bytes + nbytes > self.max_bytes
+                or (self.max_age is not None and at - self.file_opened_at >= self.max_age)  # type: ignore[operator]
+            )
+        )
+
+    def rotate(self, at: datetime) -> None:
+        """Close the current file and open the next part (which declares every type known)."""
+        self._close_file()
+        self._open(at)
 
     def due_in(self) -> float | None:
         """Seconds until the interval policy wants a flush (None: nothing waits for time)."""
@@ -313,7 +332,7 @@ class CaptureWriter:
         self._config = config
         self._extra = dict(extra or {})
         self._monotonic = monotonic
-        self._encoder = CaptureEncoder()
+        self._encoder = CaptureEncoder(INTERNED_TYPES)
         self._sink: _Sink | None = None
         self._lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
@@ -425,6 +444,7 @@ class CaptureWriter:
             self.dropped += len(batch)
             return
         enc = self._encoder
+        sink = self._sink
         rows: list[tuple[Any, ...]] = [(d.seq, d.at, d.sender, d.recipient, d.cause, d.message) for d in batch]
         try:
             body = enc.encode((KIND_DELIVERIES, rows))
@@ -432,6 +452,17 @@ class CaptureWriter:
             rows = [r for r in (self._capturable(d) for d in batch) if r is not None]
             if not rows:
                 return
+            body = enc.encode((KIND_DELIVERIES, rows))
+        if sink.rotation_due(len(body) + FRAME_HEADER.size, rows[0][1]):  # type: ignore[union-attr]
+            # The body refers to objects written in the old file: the new
+            # file starts its own table, and the body is encoded again for it.
+            try:
+                sink.rotate(rows[0][1])  # type: ignore[union-attr]
+            except OSError as exc:
+                self._fail(exc)
+                self.dropped += len(rows)
+                return
+            enc.new_file()
             body = enc.encode((KIND_DELIVERIES, rows))
         new = enc.take_new()
         types = frame(enc.encode((KIND_TYPES, [t.to_wire() for t in new]))) if new else None
@@ -447,7 +478,7 @@ class CaptureWriter:
         enc = self._encoder
         row = (d.seq, d.at, d.sender, d.recipient, d.cause, d.message)
         try:
-            enc.encode(row)
+            enc.check(row)
             return row
         except CodecError:
             pass
@@ -457,7 +488,7 @@ class CaptureWriter:
             logger.warning("capture: %s is not a registered message; captured as opaque (replay cannot feed it)", name)
         row = (d.seq, d.at, d.sender, d.recipient, d.cause, opaque(name))
         try:
-            enc.encode(row)
+            enc.check(row)
         except CodecError as exc:
             logger.error("capture: cannot capture delivery %d: %s", d.seq, exc)
             self.dropped += 1
@@ -551,7 +582,7 @@ class CaptureWriter:
             try:
                 end = RunEnd(self.run_id, self.clock_now(), self.records, self.unencodable)
                 # The end of a run stays with its last records, whatever their age.
-                sink.add(frame(self._encoder.encode(end.to_body())), end.ended_at, force_flush=True, may_rotate=False)
+                sink.add(frame(self._encoder.encode(end.to_body())), end.ended_at, force_flush=True)
                 sink.close()
             except OSError as exc:
                 self._fail(exc)

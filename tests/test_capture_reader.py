@@ -19,16 +19,18 @@ from capture import (
     NewerCaptureFormat,
     NewerSchemaInCapture,
     NotACapture,
+    OlderCaptureFormat,
     TruncatedRecord,
     UnknownTypeInCapture,
 )
-from capture.format import FILE_HEADER, FILE_MAGIC, FORMAT_VERSION, FRAME_HEADER, frame
+from capture.format import FILE_HEADER, FILE_MAGIC, FORMAT_VERSION, FRAME_HEADER, OLDEST_FORMAT_VERSION, frame
 from capture.reader import read_records
 from capture.settings import CaptureSettings
 from capture.wire import EXT_TYPE_REF, CaptureEncoder
-from messages.chain import CreditAccount
+from messages.chain import CreditAccount, Lease, LeaseItem
 from messages.coins import Coin
 from messages.credit import CreditRead
+from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery
 
@@ -309,3 +311,53 @@ def test_fuzz_valid_frames_around_random_bodies(tmp_path):
         reader = CaptureReader([target], skip_bad=True)
         list(reader)
         assert reader.skipped.records in (0, 2)
+
+
+def test_older_formats_refused_and_version_1_files_still_read(tmp_path):
+    older = tmp_path / "older.lwcap"
+    _write_raw(older, [], version=OLDEST_FORMAT_VERSION - 1)
+    with pytest.raises(OlderCaptureFormat, match="older") as err:
+        read_records([older])
+    assert err.value.offset == len(FILE_MAGIC) and err.value.kind == "older-format"
+    # Version 1 is version 2 without interned objects: read as it always was.
+    v1 = tmp_path / "v1.lwcap"
+    _write_raw(v1, [[0, [[1, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 1)]]]], version=1)
+    assert [r.message for r in read_records([v1])] == [Coin("umfx", 1)]
+
+
+def test_a_lost_definition_costs_the_records_that_refer_to_it_with_file_and_offset(tmp_path):
+    lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
+    enc = CaptureEncoder(("lease",))
+    at = utc(2026, 3, 1)
+    bodies = [enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]])
+              for seq in range(1, 4)]
+    path = tmp_path / "a.lwcap"
+    offsets = _write_raw(path, [[0, [[1, at, "chain-io", "scheduler", 0, "placeholder"]]]] + bodies[1:],
+                         types=[t.to_wire() for t in enc.take_new()])
+    with pytest.raises(CorruptRecord, match="object 0") as err:
+        read_records([path])
+    assert err.value.offset == offsets[2]
+    reader = CaptureReader([path], skip_bad=True)
+    assert seqs(e.record for e in reader) == [1]
+    assert reader.skipped.by_kind == {"corrupt": 2}
+
+
+def test_fuzz_bodies_with_interned_objects(tmp_path):
+    """Damaged definitions and back-references give only capture errors too."""
+    rng = random.Random(11)
+    target = tmp_path / "interned.lwcap"
+    leases = tuple(Lease(f"l{n}", "t", "p", (LeaseItem("s", 1, Coin("umfx", n + 1)),)) for n in range(3))
+    enc = CaptureEncoder(("lease", "lease_item"))
+    at = utc(2026, 3, 1)
+    good = [enc.encode([0, [[seq, at, "a", "b", 0, ActiveLeasesRead(seq, leases)]]]) for seq in (1, 2)]
+    types = [t.to_wire() for t in enc.take_new()]
+    for _ in range(300):
+        bodies = [_mutate(rng, good[0]) if rng.random() < 0.5 else good[0], _mutate(rng, good[1])]
+        _write_raw(target, bodies, types=types)
+        try:
+            read_records([target])
+        except CaptureError:
+            pass
+        reader = CaptureReader([target], skip_bad=True)
+        got = list(reader)
+        assert len(got) <= 2 and all(type(e.record) is DeliveryRecord for e in got)

@@ -16,7 +16,8 @@ import msgpack
 import pytest
 
 import messages  # noqa: F401  (registers every message type)
-from capture.wire import BAD, EXT_TYPE_REF, CaptureDecoder, CaptureEncoder
+from capture.wire import BAD, EXT_DEFINE, EXT_OBJECT_REF, EXT_TYPE_REF, CaptureDecoder, CaptureEncoder
+from messages.chain import Lease, LeaseItem
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode, encode, registry
 from messages.coins import Coin
 from messages.scheduler import ActiveLeasesRead
@@ -60,7 +61,9 @@ def _sample(tp: typing.Any, name: str, depth: int, variant: int) -> typing.Any:
 
 
 def _instance(cls: type, depth: int = 0, variant: int = 0) -> typing.Any:
-    hints = typing.get_type_hints(cls)
+    # A module may name a message type only for its annotations (imported under
+    # TYPE_CHECKING to avoid an import cycle): resolve such names from the registry.
+    hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
     values = {}
     for f in dataclasses.fields(cls):
         values[f.name] = _sample(hints[f.name], f.name, depth, variant)
@@ -176,3 +179,98 @@ def test_decoder_only_raises_codec_errors_on_damaged_bytes():
             continue
         decoded += 1
     assert decoded >= 20  # some damaged bodies still decode (perhaps with BAD inside): no crash either way
+
+
+# -- interning: a repeated Lease is written once per file ------------------------------------
+
+
+def _lease(n: int, settled: datetime | None = None) -> Lease:
+    return Lease(
+        f"lease-{n}", f"manifest1tenant{n}", "prov",
+        (LeaseItem("sku-1", 1, Coin("umfx", 1 + n)),), last_settled_at=settled,
+    )
+
+
+def _declared(enc: CaptureEncoder) -> tuple:
+    return tuple(tuple(t.to_wire()[:3]) + (tuple(t.fields),) for t in enc.take_new())
+
+
+def test_an_interned_object_is_written_once_and_decodes_to_one_shared_object():
+    leases = tuple(_lease(n) for n in range(20))
+    read = ActiveLeasesRead(1, leases)
+    plain, interned = CaptureEncoder(), CaptureEncoder(("lease", "lease_item"))
+    first, again = interned.encode([read]), interned.encode([ActiveLeasesRead(2, leases)])
+    # The second read refers to the twenty leases: a few bytes each instead of the whole lease.
+    assert len(first) == pytest.approx(len(plain.encode([read])), rel=0.2)
+    assert len(again) < len(first) / 5
+    dec = CaptureDecoder()
+    dec.declare(_declared(interned))
+    (got1,), (got2,) = dec.decode(first), dec.decode(again)
+    assert dec.problems == []
+    assert got1 == read and got2 == ActiveLeasesRead(2, leases)
+    assert all(a is b for a, b in zip(got1.leases, got2.leases))
+    # A changed lease is a new object: written whole, decoded as itself.
+    changed = leases[:19] + (_lease(19, utc(2026, 3, 1)),)
+    (got3,) = dec.decode(interned.encode([ActiveLeasesRead(3, changed)]))
+    assert got3.leases == changed and got3.leases[0] is got1.leases[0] and got3.leases[19] is not got1.leases[19]
+
+
+def test_a_new_file_starts_a_new_table_and_a_failed_encoding_interns_nothing():
+    lease = _lease(1)
+    enc = CaptureEncoder(("lease",))
+    enc.encode([lease])
+    enc.new_file()
+    body = enc.encode([lease])  # written whole again: a reader of the new file never saw it
+    dec = CaptureDecoder()
+    dec.declare(_declared(enc))
+    assert dec.decode(body) == (lease,) and dec.problems == []
+    other = _lease(2)
+    with pytest.raises(CodecError):
+        enc.encode([other, object()])  # fails after meeting `other`: those bytes are never written
+    enc.check([other])  # a trial encoding keeps nothing either
+    assert dec.decode(enc.encode([other, other])) == (other, other) and dec.problems == []
+
+
+def test_references_to_objects_a_file_does_not_define_are_codec_errors():
+    lease = _lease(1)
+    enc = CaptureEncoder(("lease",))
+    enc.encode([lease])
+    ref_only = enc.encode([lease, "fine"])  # a back-reference whose definition the decoder never saw
+    dec = CaptureDecoder()
+    dec.declare(_declared(enc))
+    assert dec.decode(ref_only) == (BAD, "fine")
+    assert len(dec.problems) == 1 and "does not define before" in str(dec.problems[0])
+    # A definition whose type failed: its later references fail with the same error.
+    table = ((0, "lease_teleported", 1, ("lease_uuid",)),)
+    define = msgpack.ExtType(EXT_DEFINE, (0).to_bytes(2, "big") + (0).to_bytes(4, "big"))
+    ref = msgpack.ExtType(EXT_OBJECT_REF, (0).to_bytes(4, "big"))
+    dec = CaptureDecoder()
+    dec.declare(table)
+    assert dec.decode(msgpack.packb([[define, "u"], ref])) == (BAD, BAD)
+    assert [type(p) for p in dec.problems] == [UnknownMessageType, UnknownMessageType]
+    # The same object defined twice in one file is damaged data.
+    dec = CaptureDecoder()
+    dec.declare(((0, "coin", 1, ("denom", "amount")),))
+    coin_def = msgpack.ExtType(EXT_DEFINE, (0).to_bytes(2, "big") + (3).to_bytes(4, "big"))
+    assert dec.decode(msgpack.packb([[coin_def, "umfx", 1], [coin_def, "umfx", 2]])) == (Coin("umfx", 1), BAD)
+    assert "defined twice" in str(dec.problems[0])
+
+
+def test_an_equal_object_rebuilt_with_the_same_parts_is_referred_to():
+    """The chain rebuilds an unchanged lease after a settlement: same values, same items tuple."""
+    items = (LeaseItem("sku-1", 1, Coin("umfx", 3)),)
+    first = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1))
+    rebuilt = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1))
+    other_items = Lease("lease-1", "manifest1tenant", "prov", tuple(items), created_at=utc(2026, 3, 1))
+    changed = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 2))
+    enc = CaptureEncoder(("lease",))
+    whole = enc.encode(first)
+    assert len(enc.encode(rebuilt)) < len(whole) / 5
+    assert len(enc.encode(changed)) == len(whole)  # a changed field: a new definition
+    dec = CaptureDecoder()
+    dec.declare(_declared(enc))
+    assert dec.decode(whole) == first
+    # tuple(items) is the same tuple (tuples are not copied); a list-built one is not, and is written whole.
+    assert other_items.items is items
+    copied = Lease("lease-1", "manifest1tenant", "prov", tuple(list(items)), created_at=utc(2026, 3, 1))
+    assert copied.items is not items and len(enc.encode(copied)) == len(whole)

@@ -16,10 +16,12 @@ from capture.format import FILE_HEADER
 from capture.reader import read_records
 from capture.settings import CaptureSettings
 from capture.writer import effective_config
-from messages.chain import ChainFailure, CreditAccount
+from messages.chain import ChainFailure, CreditAccount, Lease, LeaseItem
 from messages.chain_actor import CreditCall
+from messages.codec import encode
 from messages.coins import Coin
 from messages.credit import CreditRead, CreditReadFailed
+from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
 from sidecar.config import load_config
@@ -265,3 +267,34 @@ def test_file_names_sort_by_run_start_and_part(tmp_path, clock):
     with open(writer.paths[1], "rb") as fh:
         assert fh.read(FILE_HEADER.size)[:5] == b"LWCAP"
     assert len(CaptureReader(writer.paths).files) == len(names)
+
+
+def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, clock):
+    """The same Lease objects in every cycle: each file defines what it refers to."""
+    leases = tuple(
+        Lease(f"lease-{n}", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", n + 1)),))
+        for n in range(30)
+    )
+    s = settings(tmp_path, max_file_bytes=4096, background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 41):
+        # An unregistered message in the mix: the batch is retried row by row.
+        message = ActiveLeasesRead(seq, leases) if seq % 7 else object()
+        writer(Delivery(seq, clock.now(), "chain-io", "scheduler", seq - 1, message))
+        clock.advance(60)
+    writer.close()
+    assert len(writer.paths) >= 3
+    assert os.path.getsize(writer.paths[0]) <= 4096
+    seen = []
+    for p in writer.paths:
+        got = deliveries(read_records([p]))  # each file alone
+        assert got
+        for r in got:
+            if r.seq % 7:
+                assert r.message == ActiveLeasesRead(r.seq, leases)
+            else:
+                assert isinstance(r, OpaqueDelivery)
+            seen.append(r.seq)
+    assert seen == list(range(1, 41))
+    # Interning is what keeps the files small: 40 reads of 30 leases in a few files.
+    assert sum(os.path.getsize(p) for p in writer.paths) < 40 * len(encode(leases)) / 4
