@@ -53,7 +53,6 @@ Neither class is thread-safe: one per thread.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import types
 import typing
 from datetime import datetime
@@ -144,6 +143,46 @@ def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     return env["key"]
 
 
+def _flat(fields: tuple[str, ...], mark: Any) -> Callable[[Any], tuple[Any, ...]]:
+    """A function writing a message as ``(mark, field_1, ...)`` (no mark when ``mark`` is None).
+
+    Generated per type, like the dataclass's own methods: one tuple built in
+    one call, where an ``attrgetter`` and a splice build two. The packer
+    calls it once per message object, which is most of a capture's cost.
+    """
+    env: dict[str, Any] = {"_mark": mark}
+    values = "".join(f"v.{f}, " for f in fields)
+    exec(f"def flat(v):\n    return ({'_mark, ' if mark is not None else ''}{values})", env)  # noqa: S102
+    return env["flat"]
+
+
+def _interning(
+    known: Callable[[int], Any],
+    equal: Callable[[tuple[Any, ...]], Any],
+    key: Callable[[Any], tuple[Any, ...]],
+    define: Callable[..., Any],
+    mark: bytes,
+    values: Callable[[Any], tuple[Any, ...]],
+) -> Callable[[Any], Any]:
+    """What an interned type is written as: a back-reference to the same object or an
+    equal one (``_value_key``) written before, else ``define``'s answer (its definition)."""
+
+    def plan(value: Any) -> Any:
+        ref = known(id(value))
+        if ref is not None:
+            return ref
+        try:
+            k = key(value)
+            ref = equal(k)
+        except TypeError:  # an unhashable value where a plain one was declared
+            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *values(value))
+        if ref is not None:
+            return ref
+        return define(value, k, mark, values)
+
+    return plan
+
+
 class CaptureEncoder:
     """Messages (and structures holding them) to flat msgpack, declaring types as it meets them."""
 
@@ -152,19 +191,19 @@ class CaptureEncoder:
         self._new: list[TypeDecl] = []
         #: Message names whose objects are written once per file, then referred to.
         self.interned = frozenset(interned)
-        self._plans: dict[type, tuple[Any, Callable[[Any], tuple[Any, ...]]]] = {}
+        self._plans: dict[type, Callable[[Any], Any]] = {}
         #: id(object) -> its back-reference, and its value key -> the same,
-        #: for an equal object met anew (``_intern``); ``_defined`` holds
+        #: for an equal object met anew (``_interning``); ``_defined`` holds
         #: (key, object) by object index, keeping the objects alive (an
         #: identity must not be reused while the table knows it) and letting a
         #: failed encoding take back what it defined.
         self._refs: dict[int, Any] = {}
-        self._keys: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
         self._by_value: dict[tuple[Any, ...], Any] = {}
         self._defined: list[tuple[tuple[Any, ...], Any]] = []
         self._packer = msgpack.Packer(default=self._default, datetime=True, use_bin_type=True, autoreset=True)
 
-    def _plan(self, cls: type) -> tuple[Any, Callable[[Any], tuple[Any, ...]]] | None:
+    def _plan(self, cls: type) -> Callable[[Any], Any] | None:
+        """What ``cls`` objects are written as: a function generated for the type (see ``_flat``)."""
         name = getattr(cls, "MESSAGE_NAME", None)
         if name is None:
             return None
@@ -172,24 +211,19 @@ class CaptureEncoder:
         if index >= MAX_TYPES:
             raise CodecError(f"more than {MAX_TYPES} message types in one capture file")
         fields = tuple(cls._message_fields)  # type: ignore[attr-defined]
-        if not fields:
-            getter: Callable[[Any], tuple[Any, ...]] = lambda value: ()  # noqa: E731
-        elif len(fields) == 1:
-            only = fields[0]
-            getter = lambda value: (getattr(value, only),)  # noqa: E731
-        else:
-            getter = operator.attrgetter(*fields)  # every field in one C call
         decl = TypeDecl(index, name, cls.MESSAGE_VERSION, fields)  # type: ignore[attr-defined]
         self.declared.append(decl)
         self._new.append(decl)
         # ExtType's own constructor re-checks its arguments in Python; these are known good.
-        # An interned type's mark is its index bytes (the definition ext is made per object).
+        mark = _tuple_new(_ExtType, (EXT_TYPE_REF, index.to_bytes(2, "big")))
         if name in self.interned:
-            mark: Any = index.to_bytes(2, "big")
-            self._keys[cls] = _value_key(cls)
+            plan = _interning(
+                self._refs.get, self._by_value.get, _value_key(cls), self._define, index.to_bytes(2, "big"),
+                _flat(fields, None),
+            )
         else:
-            mark = _tuple_new(_ExtType, (EXT_TYPE_REF, index.to_bytes(2, "big")))
-        plan = self._plans[cls] = (mark, getter)
+            plan = _flat(fields, mark)
+        self._plans[cls] = plan
         return plan
 
     def _default(self, value: Any) -> Any:
@@ -202,36 +236,21 @@ class CaptureEncoder:
                 if isinstance(value, frozenset):
                     return list(value)
                 raise CodecError(f"cannot encode a value of type {type(value).__name__}")
-        mark, getter = plan
-        if type(mark) is bytes:  # an interned type
-            ref = self._refs.get(id(value))
-            if ref is not None:
-                return ref
-            return self._intern(value, mark, getter)
-        return (mark, *getter(value))
+        return plan(value)
 
-    def _intern(self, value: Any, mark: bytes, getter: Callable[[Any], tuple[Any, ...]]) -> Any:
-        """An interned-type object not met by identity: a reference to an equal one, or its definition.
+    def _define(self, value: Any, key: tuple[Any, ...], mark: bytes, values: Callable[[Any], tuple[Any, ...]]) -> Any:
+        """An interned object met for the first time in this file: its definition.
 
-        Equal means: the same plain field values, and the very same objects
-        in the other fields (a rebuilt ``Lease`` keeps its ``items`` tuple);
-        see ``_value_key``. The defined object is kept alive with its key, so
-        the identities in the key cannot be reused while the file lasts.
+        The object is kept alive with its key, so the identities in the key
+        (see ``_value_key``) cannot be reused while the file lasts.
         """
-        try:
-            key = self._keys[type(value)](value)
-            ref = self._by_value.get(key)
-        except TypeError:  # an unhashable value where a plain one was declared
-            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *getter(value))
-        if ref is not None:
-            return ref
         n = len(self._defined)
         if n >= MAX_INTERNED:
-            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *getter(value))
+            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *values(value))
         index = n.to_bytes(4, "big")
-        ref = self._by_value[key] = self._refs[id(value)] = _tuple_new(_ExtType, (EXT_OBJECT_REF, index))
+        self._by_value[key] = self._refs[id(value)] = _tuple_new(_ExtType, (EXT_OBJECT_REF, index))
         self._defined.append((key, value))
-        return (_tuple_new(_ExtType, (EXT_DEFINE, mark + index)), *getter(value))
+        return (_tuple_new(_ExtType, (EXT_DEFINE, mark + index)), *values(value))
 
     def encode(self, value: Any) -> bytes:
         """msgpack bytes for ``value``; raises ``CodecError`` for what cannot be encoded.
@@ -263,9 +282,9 @@ class CaptureEncoder:
 
     def new_file(self) -> None:
         """A new file begins: its interned objects are written afresh."""
-        self._refs = {}
-        self._by_value = {}
-        self._defined = []
+        self._refs.clear()  # cleared, not replaced: the generated plans hold their look-ups
+        self._by_value.clear()
+        self._defined.clear()
 
     def _mark(self) -> int:
         return len(self._defined)
