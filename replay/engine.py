@@ -46,6 +46,9 @@ events in the same order.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
@@ -89,6 +92,37 @@ PARK_LIMIT = 10_000
 #: How late a real clock's timer may fire, in real seconds, and still match
 #: its decision (the timer thread and the dispatcher share the machine).
 REAL_TIMER_LATENESS_S = 2.0
+
+
+#: Allocations between the collector's young-generation passes while a
+#: replay runs (the interpreter's default is 700). A replay makes millions of
+#: short-lived objects, which reference counting frees, while it holds a
+#: large long-lived state (every core's, every decision still to match): at
+#: the default, collecting it again and again took about a quarter of a
+#: replay's time (bench/replay_speed.py). The setting is restored when the
+#: last replay running ends.
+REPLAY_GC_THRESHOLD = 50_000
+
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_before: tuple[int, ...] = ()
+
+
+@contextlib.contextmanager
+def _collect_less() -> Iterator[None]:
+    global _gc_users, _gc_before
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_before = gc.get_threshold()
+            gc.set_threshold(max(_gc_before[0], REPLAY_GC_THRESHOLD), *_gc_before[1:])
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                gc.set_threshold(*_gc_before)
 
 
 class ReplayError(Exception):
@@ -735,6 +769,10 @@ class Replayer:
         return out
 
     def replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
+        with _collect_less():
+            yield from self._replay(entries)
+
+    def _replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
         run: _Run | None = None
         for entry in entries:
             rec = entry.record
