@@ -153,13 +153,22 @@ _OUTSIDE: dict[type, Callable[[Any], str | None]] = {
 }
 
 
+def outside_describer(cls: type) -> Callable[[Any], str | None] | None:
+    """What makes the line for an outside input of type ``cls`` (None: it gets none)."""
+    if cls.__name__ == "LeaseEventReceived":
+        return _lease_event
+    return _OUTSIDE.get(cls)
+
+
 def outside_input(m: Any) -> str | None:
     """A line for an input that came from outside the cores (chain answers, events, controls)."""
-    name = type(m).__name__
-    if name == "LeaseEventReceived":
-        return _lease_event(m)
-    describe = _OUTSIDE.get(type(m))
+    describe = outside_describer(type(m))
     return describe(m) if describe is not None else None
+
+
+def describes_decision(cls: type) -> bool:
+    """Whether ``decision`` has a line for messages of type ``cls``."""
+    return issubclass(cls, BillingTickDue)
 
 
 def decision(m: Any) -> str | None:

@@ -320,6 +320,28 @@ def _message_tenant(m: Any) -> str:
     return getattr(ev, "tenant", "") if ev is not None else ""
 
 
+_OUTSIDE_BY_TYPE: dict[type, Any] = {}
+_DECISION_BY_TYPE: dict[type, bool] = {}
+
+
+def _outside_describer(cls: type) -> Callable[[Any], str | None] | None:
+    """``describe``'s line maker for an outside input of type ``cls`` (looked up once per type)."""
+    try:
+        return _OUTSIDE_BY_TYPE[cls]
+    except KeyError:
+        tell = _OUTSIDE_BY_TYPE[cls] = describe.outside_describer(cls)
+        return tell
+
+
+def _tells_decision(cls: type) -> bool:
+    """Whether ``describe.decision`` has a line for messages of type ``cls`` (asked once per type)."""
+    try:
+        return _DECISION_BY_TYPE[cls]
+    except KeyError:
+        tells = _DECISION_BY_TYPE[cls] = describe.describes_decision(cls)
+        return tells
+
+
 def _same(expected: Any, record: DeliveryRecord) -> bool:
     if type(record) is OpaqueDelivery:
         cls = type(expected)
@@ -342,6 +364,9 @@ class _Run:
         self.config = config
         self.timer_slack = timer_slack
         self.clock: ManualClock | None = None
+        self.clock_at: datetime | None = None
+        #: address -> whether a core replays it (the replayer's cache: it outlives runs)
+        self._known = replayer._replayed_cache
         self.cores: dict[str, Any] = {}
         self.fresh: set[str] = set()
         self.retired: dict[str, int] = {}
@@ -418,13 +443,20 @@ class _Run:
             self._first_delivery(recipient)
         seen[recipient] = rec.seq
         sender = rec.sender
-        replayed = self.r._replayed
+        known = self._known
         if sender == CLOCK:
             if self._was_input(rec.cause):
                 self._match_timer(rec)
-        elif replayed(sender) and not (self.cut and not self._was_input(rec.cause)):
-            self._match_send(rec, sender)
-        if not replayed(recipient):
+        else:
+            replayed = known.get(sender)
+            if replayed is None:
+                replayed = self.r._replayed(sender)
+            if replayed and not (self.cut and not self._was_input(rec.cause)):
+                self._match_send(rec, sender)
+        replayed = known.get(recipient)
+        if replayed is None:
+            replayed = self.r._replayed(recipient)
+        if not replayed:
             return None
         until = self.r.until
         if self.cut or (until is not None and at > until):
@@ -546,18 +578,26 @@ class _Run:
         address = rec.recipient
         seq = rec.seq
         self.inputs += 1
-        self._mark_input(seq)
+        i = seq >> 3  # _mark_input, inline: once per input
+        bm = self.inputs_bitmap
+        if i >= len(bm):
+            bm.extend(bytes(i - len(bm) + 4096))
+        bm[i] |= 1 << (seq & 7)
         at = rec.at
         if self.clock is None:
             self.clock = ManualClock(at)
-        elif at > self.clock.now():
+            self.clock_at = at
+        elif at > self.clock_at:
             self.clock.advance_to(at)
+            self.clock_at = at
         inp = _Input(seq, at, address, entry)
         out: list[Any] = []
-        if rec.sender != CLOCK and not self.r._replayed(rec.sender):
-            text = describe.outside_input(rec.message) if type(rec) is not OpaqueDelivery else None
+        sender = rec.sender
+        if sender != CLOCK and not self._known.get(sender, False) and type(rec) is not OpaqueDelivery:
+            tell = _outside_describer(type(rec.message))
+            text = tell(rec.message) if tell is not None else None
             if text is not None:
-                out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{rec.sender}: {text}"))
+                out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{sender}: {text}"))
         if address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
@@ -595,9 +635,10 @@ class _Run:
                         q = inp.immediate[to] = collections.deque()
                     q.append(_Expect(to, eff.message, None, "recipient retired" if to in retired else None))
                     self.pending_immediate += 1
-                    text = describe.decision(eff.message)
-                    if text is not None:
-                        out.append(Step("decision", at, seq, address, tenant, text))
+                    if _tells_decision(type(eff.message)):
+                        text = describe.decision(eff.message)
+                        if text is not None:
+                            out.append(Step("decision", at, seq, address, tenant, text))
                 else:
                     inp.timers.append(_Expect(to, eff.message, eff.at, None))
             elif te is Note:
