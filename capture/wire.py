@@ -455,12 +455,52 @@ class CaptureDecoder:
         #: Errors met while decoding the last body, in order; the values they
         #: concern were replaced by ``BAD``.
         self.problems: list[CodecError] = []
+        self._ext_hook, self._list_hook = self._hooks()
 
     def reset(self) -> None:
         """A new file: its types and interned objects are declared afresh."""
-        self._types = {}
-        self._objects = {}
-        self._object_errors = {}
+        self._types.clear()  # cleared, not replaced: the hooks hold their look-ups
+        self._objects.clear()
+        self._object_errors.clear()
+
+    def _hooks(self) -> tuple[Callable[[int, bytes], Any], Callable[[tuple[Any, ...]], Any]]:
+        """The unpacker's ext and array hooks: called for every message and every array,
+        so they are closures over their look-ups (no attribute look-up in the common case)."""
+        types_get = self._types.get
+        objects_get = self._objects.get
+        other_ext = self._ext
+        define = self._define
+        type_ref, define_mark, bad = _TypeRef, _Define, BAD
+
+        def ext(code: int, data: bytes) -> Any:
+            if code == EXT_TYPE_REF:
+                ref = types_get(data)
+                if ref is not None:
+                    return ref
+            elif code == EXT_OBJECT_REF:
+                obj = objects_get(data)
+                if obj is not None and obj is not bad:
+                    return obj
+            return other_ext(code, data)
+
+        def array(values: tuple[Any, ...]) -> Any:
+            if values:
+                t = type(values[0])
+                if t is type_ref:
+                    ref = values[0]
+                    if ref.error is None:
+                        try:
+                            return ref.build(values)
+                        except CodecError as exc:
+                            self.problems.append(exc)
+                            return bad
+                    self.problems.append(ref.error)
+                    return bad
+                if t is define_mark:
+                    return define(values[0], values)
+            return values
+
+        return ext, array
 
     def declare(self, entries: Any) -> None:
         """Read a ``TYPES`` record's entries ``[index, name, version, [field, ...]]``."""
@@ -520,24 +560,6 @@ class CaptureDecoder:
                 raise CodecError("malformed opaque type name") from exc
         raise CodecError(f"unknown ext type {code}")
 
-    def _array(self, values: Any) -> Any:
-        if not values:
-            return values
-        t = type(values[0])
-        if t is _TypeRef:
-            ref = values[0]
-            if ref.error is not None:
-                self.problems.append(ref.error)
-                return BAD
-            try:
-                return ref.build(values)
-            except CodecError as exc:
-                self.problems.append(exc)
-                return BAD
-        if t is _Define:
-            return self._define(values[0], values)
-        return values
-
     def _define(self, define: _Define, values: tuple[Any, ...]) -> Any:
         ref, key = define.ref, define.key
         if key in self._objects:
@@ -567,8 +589,8 @@ class CaptureDecoder:
         try:
             return _unpackb(
                 data,
-                ext_hook=self._ext,
-                list_hook=self._array,
+                ext_hook=self._ext_hook,
+                list_hook=self._list_hook,
                 timestamp=3,
                 use_list=False,
                 raw=False,
