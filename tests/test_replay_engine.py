@@ -10,6 +10,7 @@ replayed from the capture.
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 from datetime import timedelta
 
@@ -26,7 +27,7 @@ from messages.credit import CreditRead, CreditReadFailed, LeasesSynced
 from messages.ledger import BillingTickDue
 from messages.scheduler import StartSchedule, StopSchedule, TenantChecked, Wake
 from replay.cli import run_replay
-from replay.engine import Divergence, ReplayError, Replayer, RunEnds, Step
+from replay.engine import REPLAY_GC_THRESHOLD, Divergence, ReplayError, Replayer, RunEnds, Step
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher, PooledActor
 from runtime.router import Router, tenant_address
@@ -377,3 +378,17 @@ def test_cli_step_pauses_after_each_line(tmp_path):
     paths = live_run(tmp_path, cycles=1)
     status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
     assert err.count("[step]") == 3 and "stopped at the user's request" in text
+
+
+def test_the_collector_setting_is_raised_while_replays_run_and_restored_after(tmp_path):
+    paths = live_run(tmp_path)
+    before = gc.get_threshold()
+    first = Replayer(toy_builder()).replay(CaptureReader(paths, file_parts=True))
+    second = Replayer(toy_builder()).replay(CaptureReader(paths, file_parts=True))
+    next(first)
+    assert gc.get_threshold()[0] == max(before[0], REPLAY_GC_THRESHOLD)
+    next(second)
+    first.close()  # a consumer that stops early: the other replay still runs with it
+    assert gc.get_threshold()[0] == max(before[0], REPLAY_GC_THRESHOLD)
+    assert any(isinstance(e, RunEnds) for e in list(second))  # runs to its end
+    assert gc.get_threshold() == before
