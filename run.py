@@ -70,6 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sidecar.runner import build, describe
     from sidecar.summary import RunSummary
 
+    from runtime.memory import freeze_startup_objects, tune_gc
+
+    tune_gc()
     config = load(args)
     speed = config.demo.speed if config.chain.mode != "node" else 1.0
     clock = RealClock(speed=speed)
@@ -91,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = clock.now()
     try:
         running.sidecar.withdraw_once()
+        freeze_startup_objects()
         running.sidecar.start()
         if running.world is not None:
             running.world.start()

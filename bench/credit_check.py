@@ -37,6 +37,7 @@ from messages.credit import CreditRead, LeasesSynced  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.dispatch import ThreadedDispatcher  # noqa: E402
 from sidecar.app import Sidecar  # noqa: E402
+from runtime.memory import tune_gc  # noqa: E402
 from sidecar.config import load_config  # noqa: E402
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
@@ -50,6 +51,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--via", choices=("model", "grpc"), default="model")
     args = p.parse_args()
+    tune_gc()  # as run.py does
     if args.via == "grpc":
         return via_grpc(args)
 
