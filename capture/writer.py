@@ -20,7 +20,9 @@ everything and a ``RunEnd`` record.
 Files rotate by size and by age (clock time of the records, so a test on a
 manual clock rotates deterministically) under ``directory``, named
 ``leasewarden-<run start>-<run id>-<part>.lwcap``; each begins with a header
-naming its run and part. When records reach the OS is the flush policy
+naming its run and part. Leases are interned per file (``INTERNED_TYPES``,
+``capture.wire``): a frame that would start a new file is encoded again for
+it, so that no file refers to what another file defined. When records reach the OS is the flush policy
 (``CaptureSettings.flush``). Frames are appended whole, so what a crash
 leaves is whole records plus at most one partial one, which the reader
 reports as truncated; how many records a crash can lose before that is what
