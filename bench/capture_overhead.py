@@ -3,7 +3,8 @@
 Run from the repository root:  python bench/capture_overhead.py  (about a minute)
 
 The sidecar as ``python run.py`` assembles it (``sidecar.runner.build``: its
-actors on a two-worker ``ThreadedDispatcher``, the in-process chain model),
+actors on a two-worker ``ThreadedDispatcher``, the in-process chain model;
+the collector tuned as ``run.py`` tunes it, ``runtime.memory.tune_gc``),
 without the demo world and without a ledger, with ``TENANTS`` tenants of two
 leases each. Each trial runs full cycles back to back (``withdraw_once``:
 withdraw, read the active leases, read and judge every tenant's credit) for
@@ -44,6 +45,7 @@ from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
 from sidecar.config import load_config  # noqa: E402
+from runtime.memory import tune_gc  # noqa: E402
 from sidecar.runner import build  # noqa: E402
 
 TENANTS = 500
@@ -85,6 +87,7 @@ def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
 
 
 def main() -> int:
+    tune_gc()  # as run.py does before it starts the sidecar
     root = tempfile.mkdtemp(prefix="lw-capture-bench-")
     try:
         off: list[float] = []
