@@ -34,7 +34,7 @@ from messages.chain_actor import (
     NodeStatusCall,
 )
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
-from messages.ledger import ClosureRecorded
+from messages.ledger import ClosureRecorded, SettlementsRecorded
 from messages.scheduler import ClosuresFlushed
 from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 from sidecar.config import SchedulerSettings
@@ -131,7 +131,8 @@ class CloseRound:
                 self.closed[u] = message.outcome.tx_hashes
             batch.done = True
             # What the close took from each lease, as the tx's events said.
-            out.extend(Send(LEDGER, settled) for settled in message.outcome.settlements)
+            if message.outcome.settlements:
+                out.append(Send(LEDGER, SettlementsRecorded(message.outcome.settlements)))
         elif message.error is not None and is_lease_gone(message.error) and not batch.checked:
             batch.checked = True
             out.append(

@@ -29,7 +29,7 @@ from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure
 from messages.coins import Coin, add_coins, format_coins
 from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
-from messages.ledger import WithdrawalRecorded
+from messages.ledger import SettlementsRecorded, WithdrawalRecorded
 from messages.scheduler import WithdrawFinished
 from actors.effects import Effect, Note, Send
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
@@ -89,7 +89,8 @@ class WithdrawCycle:
             )
         ]
         # What the page took from each lease: the statement's "withdrawn" column.
-        out.extend(Send(LEDGER, settled) for settled in page.settlements)
+        if page.settlements:
+            out.append(Send(LEDGER, SettlementsRecorded(page.settlements)))
         if not page.next_key:
             return out + self._finish()
         if self.page >= self.settings.max_withdraw_iterations:

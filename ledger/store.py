@@ -47,6 +47,7 @@ from messages.ledger import (
     LeasesObserved,
     LeasesReconciled,
     LeaseSettled,
+    SettlementsRecorded,
     TenantForgotten,
     TenantStateChanged,
     WithdrawalRecorded,
@@ -91,6 +92,7 @@ FACT_TYPES = (
     LeaseObserved,
     LeaseEventRecorded,
     LeaseSettled,
+    SettlementsRecorded,
     WithdrawalRecorded,
     ClosureRecorded,
     TenantStateChanged,
@@ -188,6 +190,7 @@ class Ledger:
             LeaseObserved: self._lease_observed,
             LeaseEventRecorded: self._event,
             LeaseSettled: self._settled,
+            SettlementsRecorded: self._settlements,
             WithdrawalRecorded: self._withdrawal,
             ClosureRecorded: self._closure,
             TenantStateChanged: self._tenant_state,
@@ -427,6 +430,10 @@ class Ledger:
                 for u in fact.lease_uuids
             ),
         )
+
+    def _settlements(self, fact: SettlementsRecorded) -> None:
+        for settled in fact.settlements:
+            self._settled(settled)
 
     def _settled(self, fact: LeaseSettled) -> None:
         if not fact.tx_hash:

@@ -125,3 +125,18 @@ class LeasesReconciled:
 
 
 __all__ += ["LeasesReconciled"]
+
+
+@message("settlements_recorded")
+@dataclass(frozen=True, slots=True)
+class SettlementsRecorded:
+    """Every per-lease settlement of one transaction (a withdraw page, a close batch).
+
+    One message per transaction rather than one per lease: a page settles up
+    to 100 leases, and every message is a capture record and a replay input.
+    """
+
+    settlements: tuple[LeaseSettled, ...]
+
+
+__all__ += ["SettlementsRecorded"]

@@ -17,7 +17,7 @@ from messages.chain_actor import (
 )
 from messages.coins import Coin
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
-from messages.ledger import ClosureRecorded, LeaseSettled
+from messages.ledger import ClosureRecorded, LeaseSettled, SettlementsRecorded
 from messages.scheduler import ClosuresFlushed
 from runtime.clock import utc
 from runtime.router import LEDGER
@@ -88,10 +88,11 @@ def test_each_batchs_lease_settlements_go_to_the_ledger() -> None:
     )
     out = rnd.on_batch(CloseBatchAnswered(1, 1, ("a", "b"), outcome=CloseOutcome(2, ("TX",), settled)), T0)
     to_ledger = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
-    assert tuple(m for m in to_ledger if isinstance(m, LeaseSettled)) == settled
+    (recorded,) = [m for m in to_ledger if isinstance(m, SettlementsRecorded)]
+    assert recorded.settlements == settled
     assert [m for m in to_ledger if isinstance(m, ClosureRecorded)][0].lease_uuids == ("a", "b")
     # A failed batch settled nothing: nothing of the kind goes to the ledger.
     rnd = CloseRound(2, 5, S, [CloseRequested(5, "t1", ("c",), "r")])
     rnd.on_status(NodeStatusAnswered(2, FRESH), T0)
     err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
-    assert not msgs(rnd.on_batch(CloseBatchAnswered(2, 1, ("c",), error=err), T0), LeaseSettled)
+    assert not msgs(rnd.on_batch(CloseBatchAnswered(2, 1, ("c",), error=err), T0), SettlementsRecorded)

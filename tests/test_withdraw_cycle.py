@@ -10,7 +10,7 @@ from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
 from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
 from messages.coins import Coin
-from messages.ledger import LeaseSettled, WithdrawalRecorded
+from messages.ledger import LeaseSettled, SettlementsRecorded, WithdrawalRecorded
 from messages.scheduler import WithdrawFinished
 from runtime.clock import utc
 from runtime.router import LEDGER
@@ -113,8 +113,8 @@ def test_each_pages_lease_settlements_go_to_the_ledger_after_the_page() -> None:
     first = WithdrawPage("TX1", (Coin("umfx", 10), Coin("upwr", 1)), 2, True, b"k1", settlements=settled)
     out = c.answered(WithdrawPageAnswered(1, 1, 1, result=first), T0)
     to_ledger = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
-    assert [type(m) for m in to_ledger] == [WithdrawalRecorded, LeaseSettled, LeaseSettled]
-    assert tuple(to_ledger[1:]) == settled  # forwarded as the chain client read them
+    assert [type(m) for m in to_ledger] == [WithdrawalRecorded, SettlementsRecorded]
+    assert to_ledger[1].settlements == settled  # forwarded as the chain client read them, in one message
     assert all(e.at is None for e in out if isinstance(e, Send) and e.to == LEDGER)
     out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"")), T0)
-    assert not only(out, LeaseSettled)  # a page that carries none sends none
+    assert not only(out, SettlementsRecorded)  # a page that carries none sends none
