@@ -119,7 +119,8 @@ class SchedulerDecisions:
         self.billing_tick_interval = billing_tick_interval or None
         self.tenants: dict[str, TenantEntry] = {}
         self.cycle: Cycle | None = None
-        self._cycles = 0
+        #: cycles begun so far; a cycle's id is its number
+        self.cycles_started = 0
         self.started_at: datetime | None = None
         self.last_withdraw_at: datetime | None = None
         self.stopped = False
@@ -206,8 +207,8 @@ class SchedulerDecisions:
         only = None
         if reason == "recheck" and not withdraw:
             only = {t for t, e in self.tenants.items() if e.recheck_at is not None and e.recheck_at <= now}
-        self._cycles += 1
-        self.cycle = Cycle(self._cycles, reason, withdraw, now)
+        self.cycles_started += 1
+        self.cycle = Cycle(self.cycles_started, reason, withdraw, now)
         if withdraw:
             what = "withdraw, then credit check"
         elif only is not None:
@@ -215,11 +216,11 @@ class SchedulerDecisions:
         else:
             what = "credit check"
         out: list[Effect] = [
-            Note(f"cycle {self._cycles} ({reason}): {what}"),
-            Send(SCHEDULER, CycleDeadline(self._cycles), at=now + self.settings.cycle_timeout),
+            Note(f"cycle {self.cycles_started} ({reason}): {what}"),
+            Send(SCHEDULER, CycleDeadline(self.cycles_started), at=now + self.settings.cycle_timeout),
         ]
         if withdraw:
-            out.append(Send(CHAIN, WithdrawRequested(self._cycles)))
+            out.append(Send(CHAIN, WithdrawRequested(self.cycles_started)))
         elif only is not None:
             out += self._check(only, now)
         else:

@@ -88,7 +88,7 @@ def main() -> int:
     try:
         for _ in range(args.rounds + 1):
             clock.advance(1)
-            before = sidecar.scheduler_core._cycles
+            before = sidecar.scheduler_core.cycles_started
             start = time.perf_counter()
             sidecar.reconcile("bench")
             assert sidecar.wait_cycles_after(before, timeout=600)
@@ -159,7 +159,7 @@ def via_grpc(args: argparse.Namespace) -> int:
             ours = []
             try:
                 for _ in range(args.rounds + 1):
-                    before = sidecar.scheduler_core._cycles
+                    before = sidecar.scheduler_core.cycles_started
                     start = time.perf_counter()
                     sidecar.reconcile("bench")
                     assert sidecar.wait_cycles_after(before, timeout=600)

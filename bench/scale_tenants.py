@@ -163,7 +163,7 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     chain_times = []
     closed_total = 0
     for _ in range(cycles):
-        before = core._cycles
+        before = core.cycles_started
         closes_before = client.calls.get("close_leases", 0)
         clock.advance(timedelta(seconds=1))
         chain_before = client.chain_seconds

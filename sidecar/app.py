@@ -146,7 +146,7 @@ class Sidecar:
     def withdraw_once(self, timeout: float | None = 60.0) -> bool:
         """Run one full cycle and wait for it (the seed's ``WithdrawOnce``)."""
         core = self.scheduler_core
-        before = core._cycles
+        before = core.cycles_started
         if not self._tell(SCHEDULER, RunCycle()):
             return False
         return self.wait_cycles_after(before, timeout)
@@ -156,7 +156,7 @@ class Sidecar:
         core = self.scheduler_core
 
         def done() -> bool:
-            return core._cycles > cycle and core.cycle is None
+            return core.cycles_started > cycle and core.cycle is None
 
         if isinstance(self.dispatcher, ManualDispatcher):
             self.settle()
