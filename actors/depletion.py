@@ -79,9 +79,13 @@ def chain_estimate(estimate: CreditEstimate | None, now: datetime) -> Estimate |
     clamped = seconds > _HORIZON_SECONDS
     seconds = min(seconds, _HORIZON_SECONDS)
     # The denom that runs out first: lowest balance / rate.
-    balances = {c.denom: c.amount for c in estimate.current_balance}
-    rates = {c.denom: c.amount for c in estimate.total_rate_per_second if c.amount > 0}
-    denom = min(rates, key=lambda d: balances.get(d, 0) // rates[d], default="")
+    rates = estimate.total_rate_per_second
+    if len(rates) == 1:  # the common case: one denom, nothing to compare
+        denom = rates[0].denom
+    else:
+        balances = {c.denom: c.amount for c in estimate.current_balance}
+        per = {c.denom: c.amount for c in rates if c.amount > 0}
+        denom = min(per, key=lambda d: balances.get(d, 0) // per[d], default="")
     return Estimate(now + seconds * _SECOND, "chain estimate", denom, clamped)
 
 

@@ -81,12 +81,17 @@ class TenantCredit:
         self._restored_charged: set[str] = set()
         #: the last estimate was clamped to the horizon
         self._clamped = False
+        #: (sorted lease uuids, sorted charged denoms) for snapshots; None: recompute
+        self._sorted: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     # -- snapshot ---------------------------------------------------------------
     def snapshot(self) -> TenantSnapshot:
+        if self._sorted is None:
+            self._sorted = (tuple(sorted(self.leases)), tuple(sorted(self._charged_denoms())))
+        lease_uuids, charged = self._sorted
         return TenantSnapshot(
             tenant=self.tenant,
-            lease_uuids=tuple(sorted(self.leases)),
+            lease_uuids=lease_uuids,
             last_balances=coins(self.last_balances) if self.last_balances is not None else None,
             last_sample_at=self.last_sample_at,
             consecutive_errs=self.consecutive_errs,
@@ -94,14 +99,14 @@ class TenantCredit:
             depletion_at=self.depletion_at,
             recheck_at=self.recheck_at,
             closing=self.closing,
-            charged_denoms=tuple(sorted(self._charged_denoms())),
+            charged_denoms=charged,
         )
 
     def _restore(self, s: TenantSnapshot) -> None:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
         self._restored_charged = set(s.charged_denoms)
-        self._charged = None
+        self._charged = self._sorted = None
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
         self.last_sample_at = s.last_sample_at
         self.consecutive_errs = s.consecutive_errs
@@ -123,11 +128,11 @@ class TenantCredit:
             self._on_read_failed(message, now, out)
         elif isinstance(message, LeasesSynced):
             self.leases = {lease.uuid: lease for lease in message.leases}
-            self._charged = None
+            self._charged = self._sorted = None
             self.closing = tuple(u for u in self.closing if u in self.leases)
         elif isinstance(message, LeaseOpened):
             self.leases[message.lease.uuid] = message.lease
-            self._charged = None
+            self._charged = self._sorted = None
             out.append(Note(f"tenant {self.tenant}: new lease {message.lease.uuid}", self.tenant))
         elif isinstance(message, LeaseGone):
             self._drop((message.lease_uuid,))
@@ -153,7 +158,7 @@ class TenantCredit:
         return out
 
     def _drop(self, lease_uuids: tuple[str, ...]) -> None:
-        self._charged = None
+        self._charged = self._sorted = None
         for u in lease_uuids:
             self.leases.pop(u, None)
         self.closing = tuple(u for u in self.closing if u not in lease_uuids)
@@ -217,11 +222,12 @@ class TenantCredit:
             return "" if any(balances.values()) else "balance zero"
         if any(balances.get(d, 0) <= 0 for d in charged):
             return "balance zero"
-        if estimate is not None and estimate.total_rate_per_second:
-            current = coins_to_dict(estimate.current_balance)
-            rated = {c.denom for c in estimate.total_rate_per_second if c.amount > 0}
-            if any(current.get(d, 0) <= 0 for d in charged & rated):
-                return "credit used up counting unsettled accrual"
+        if estimate is not None:
+            for rate in estimate.total_rate_per_second:
+                if rate.amount > 0 and rate.denom in charged:
+                    left = next((c.amount for c in estimate.current_balance if c.denom == rate.denom), 0)
+                    if left <= 0:
+                        return "credit used up counting unsettled accrual"
         return ""
 
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
