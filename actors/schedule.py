@@ -30,11 +30,11 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from actors.effects import Effect, Note, Retire, Send, Spawn
-from messages.chain import Lease
+from messages.chain import Lease, LeaseSettled
 from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
-from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesReconciled
+from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesReconciled, SettlementsRecorded
 from messages.scheduler import (
     ActiveLeasesRead,
     BillingTickTimer,
@@ -443,6 +443,12 @@ class SchedulerDecisions:
                 entry.synced = False
                 out.append(Send(tenant_address(ev.tenant), LeaseOpened(lease)))
         elif ours and ev.kind in ("closed", "expired", "auto_closed"):
+            if ev.settled and ev.tx_hash:
+                # Whoever closed it (the tenant, the authority, us), what the
+                # close settled belongs in the books; the ledger keeps one
+                # row per (tx, lease, denom), so our own closes count once.
+                settled = LeaseSettled(now, ev.tx_hash, ev.lease_uuid, ev.settled, kind="close", tenant=ev.tenant)
+                out.append(Send(LEDGER, SettlementsRecorded((settled,))))
             entry = self.tenants.get(ev.tenant)
             if entry is not None and ev.lease_uuid in entry.leases:
                 out.append(Send(tenant_address(ev.tenant), LeaseGone(ev.lease_uuid, ev.kind)))

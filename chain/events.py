@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Mapping
 
+from messages.coins import Coin, parse_coins
 from messages.lease_events import LeaseEvent
 
 __all__ = ["lease_event_from_attributes", "lease_events_from_tx", "EVENT_KINDS"]
@@ -26,7 +27,20 @@ EVENT_KINDS = {
 }
 
 
-def lease_event_from_attributes(event_type: str, attributes: Mapping[str, str], height: int = 0) -> LeaseEvent | None:
+def _settled(attributes: Mapping[str, str], lease_uuid: str) -> tuple[Coin, ...]:
+    text = attributes.get("settled_amounts", "")
+    if not text:
+        return ()
+    try:
+        return parse_coins(text)
+    except ValueError as exc:
+        logger.warning("lease %s: unreadable settled_amounts (%s); the close's settlement is not recorded", lease_uuid, exc)
+        return ()
+
+
+def lease_event_from_attributes(
+    event_type: str, attributes: Mapping[str, str], height: int = 0, tx_hash: str = ""
+) -> LeaseEvent | None:
     kind = EVENT_KINDS.get(event_type)
     if kind is None:
         return None
@@ -43,13 +57,17 @@ def lease_event_from_attributes(event_type: str, attributes: Mapping[str, str], 
         provider_uuid=attributes.get("provider_uuid", ""),
         reason=reason,
         height=height,
+        tx_hash=tx_hash,
+        settled=_settled(attributes, lease_uuid) if kind == "closed" else (),
     )
 
 
-def lease_events_from_tx(events: Iterable[tuple[str, Mapping[str, str]]], height: int = 0) -> list[LeaseEvent]:
+def lease_events_from_tx(
+    events: Iterable[tuple[str, Mapping[str, str]]], height: int = 0, tx_hash: str = ""
+) -> list[LeaseEvent]:
     out = []
     for event_type, attributes in events:
-        ev = lease_event_from_attributes(event_type, attributes, height)
+        ev = lease_event_from_attributes(event_type, attributes, height, tx_hash)
         if ev is not None:
             out.append(ev)
     return out

@@ -368,7 +368,7 @@ def _append(
                 if attributes is row:
                     attributes = dict(row)  # rows may be shared (TxResult's cached events)
                 attributes[key] = _clean_text(text)
-        ev = lease_event_from_attributes(event_type, attributes, height)
+        ev = lease_event_from_attributes(event_type, attributes, height, tx_hash)
         if ev is None:
             skipped += 1
             continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from messages.codec import message
+from messages.coins import Coin
 
 __all__ = ["LeaseEvent", "LEASE_EVENT_KINDS"]
 
@@ -27,6 +28,10 @@ class LeaseEvent:
     #: closure_reason / reason attribute where the event has one.
     reason: str = ""
     height: int = 0
+    #: the transaction that emitted it (hex), where known
+    tx_hash: str = ""
+    #: lease_closed: what the close settled, per denom (its settled_amounts)
+    settled: tuple[Coin, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in LEASE_EVENT_KINDS:

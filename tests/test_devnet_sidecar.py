@@ -191,3 +191,33 @@ def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> Non
             break
         h.step(10)
     assert w.model.lease(ours).closure_reason == w.config.scheduler.closure_reason
+
+
+def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from actors.ledger_writer import start_ledger_writer
+    from ledger.store import Ledger
+
+    world = make_world(websocket=True)
+    ledger = Ledger.open(tmp_path / "books.sqlite", PROVIDER, synchronous="normal")
+    h = Harness(world)
+    writer = start_ledger_writer(h.sidecar.router, world.clock, ledger, world.config.ledger)
+    try:
+        t = world.tenant("leaving")
+        lease = world.lease(t, price=3)
+        h.start()
+        world.clock.advance(timedelta(seconds=100))
+        result = world.model.close_leases(t, [lease], "tenant left")  # not through us: only the event tells
+        settled = {c.denom: c.amount for c in result.total_settled_amounts}
+
+        def booked() -> dict[str, int]:  # the writer commits when its mailbox runs dry
+            rows = ledger.conn.execute(
+                "SELECT denom, amount FROM settlements WHERE lease_uuid = ? AND kind = 'close'", (lease,)
+            ).fetchall()
+            return {d: int(a) for d, a in rows}
+
+        wait_until(lambda: booked() == settled, timeout=10, what="the close's settlement in the ledger")
+        assert settled == {"umfx": 300}
+    finally:
+        h.close()
+        writer.close()
+        ledger.close()

@@ -218,3 +218,18 @@ def test_a_failed_withdraw_waits_the_interval_rather_than_waking_at_once() -> No
     out = core.handle(ActiveLeasesRead(core.cycle.id, ()), T0 + timedelta(hours=1))
     (wake,) = msgs(out, Wake)
     assert wake.at == T0 + timedelta(hours=2)
+
+
+def test_what_a_close_of_our_lease_settled_goes_to_the_books_whoever_closed_it() -> None:
+    from messages.coins import Coin
+    from messages.ledger import SettlementsRecorded
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    closed = LeaseEvent("closed", "l1", "t1", PROVIDER, "tenant left", 9, "TXA", (Coin("umfx", 42),))
+    (recorded,) = [m.message for m in msgs(core.handle(LeaseEventReceived(closed), T0), SettlementsRecorded)]
+    (s,) = recorded.settlements
+    assert (s.tx_hash, s.lease_uuid, s.amounts, s.kind, s.tenant) == ("TXA", "l1", (Coin("umfx", 42),), "close", "t1")
+    # another provider's close is not ours to book
+    theirs = LeaseEvent("closed", "x1", "t1", OTHER, "", 9, "TXB", (Coin("umfx", 5),))
+    assert not msgs(core.handle(LeaseEventReceived(theirs), T0), SettlementsRecorded)

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from chain.ws_events import MalformedFrame, Reply, SeenEvents, TxFrame, decode_frame
+from messages.coins import Coin
 from messages.lease_events import LeaseEvent
 
 P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
@@ -92,11 +93,12 @@ def test_every_lease_event_type_of_a_tx_becomes_a_lease_event():
     assert frame.query.startswith("tm.event='Tx'")
     assert sorted(frame.events, key=lambda e: e.kind) == sorted(
         [
-            LeaseEvent("created", L1, "manifest1a", P, "", 77),
-            LeaseEvent("acknowledged", L1, "manifest1a", P, "", 77),
-            LeaseEvent("expired", L2, "manifest1b", P, "ttl", 77),
-            LeaseEvent("closed", L3, "manifest1c", P, "done", 77),
-            LeaseEvent("auto_closed", L2, "manifest1b", OTHER, "credit_exhausted", 77),
+            LeaseEvent("created", L1, "manifest1a", P, "", 77, TX_HASH),
+            LeaseEvent("acknowledged", L1, "manifest1a", P, "", 77, TX_HASH),
+            LeaseEvent("expired", L2, "manifest1b", P, "ttl", 77, TX_HASH),
+            # a close carries what it settled, for the books
+            LeaseEvent("closed", L3, "manifest1c", P, "done", 77, TX_HASH, (Coin("upwr", 10),)),
+            LeaseEvent("auto_closed", L2, "manifest1b", OTHER, "credit_exhausted", 77, TX_HASH),
         ],
         key=lambda e: e.kind,
     )
