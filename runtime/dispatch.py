@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterator, Protocol
 
 import pykka
-from pykka import ActorDeadError, messages as pykka_messages
+from pykka import messages as pykka_messages
 from pykka._envelope import Envelope  # the envelope type ActorRef.tell puts in inboxes
 
 __all__ = [
@@ -332,11 +332,6 @@ class PooledActor(pykka.Actor):
         return f"{self.__class__.__name__}({self.address})"
 
 
-def dead_letter(address: str, message: Any) -> None:
-    logger.debug("dropped %s for %s: no such actor", type(message).__name__, address)
-
-
-__all__.append("ActorDeadError")
 
 
 def fan_out(*taps: DeliveryTap | None) -> DeliveryTap | None:

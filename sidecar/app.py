@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -45,10 +44,10 @@ from messages.scheduler import (
 )
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, ManualDispatcher, sending_as
-from runtime.router import CHAIN, CHAIN_IO, LISTENER, SCHEDULER, Router
+from runtime.router import LISTENER, SCHEDULER, Router
 from sidecar.config import SchedulerSettings
 
-__all__ = ["Sidecar", "SidecarStats", "ModelEventFeed"]
+__all__ = ["Sidecar", "ModelEventFeed"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +74,6 @@ class ModelEventFeed:
 
     def close(self) -> None:
         self.active = False
-
-
-@dataclass
-class SidecarStats:
-    cycles: int = 0
-    #: cycle id -> when it ended, for waiting on a particular cycle
-    completed: list[int] = field(default_factory=list)
 
 
 class Sidecar:
