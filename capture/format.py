@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runtime.dispatch import Delivery
+
 __all__ = [
     "FILE_MAGIC",
     "FORMAT_VERSION",
@@ -161,18 +163,10 @@ class RunEnd:
         ]
 
 
-class DeliveryRecord:
-    """One captured delivery (the ``runtime.dispatch.Delivery`` fields)."""
+class DeliveryRecord(Delivery):
+    """One captured delivery, read back: a ``runtime.dispatch.Delivery`` that compares by value."""
 
-    __slots__ = ("seq", "at", "sender", "recipient", "cause", "message")
-
-    def __init__(self, seq: int, at: datetime, sender: str, recipient: str, cause: int, message: Any) -> None:
-        self.seq = seq
-        self.at = at
-        self.sender = sender
-        self.recipient = recipient
-        self.cause = cause
-        self.message = message
+    __slots__ = ()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DeliveryRecord):

@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterable
 
 import msgpack
 
-from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, registry
+from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode_big_int, registry
 
 __all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "BAD", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
            "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED"]
@@ -549,10 +549,7 @@ class CaptureDecoder:
                 raise CodecError(f"type reference {data[:2].hex()} used before the file declared it")
             return _Define(ref, data[2:])
         if code == EXT_BIG_INT:
-            try:
-                return int(data.decode("ascii"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise CodecError(f"malformed big integer {data[:40]!r}") from exc
+            return decode_big_int(data)
         if code == EXT_OPAQUE:
             try:
                 return OpaqueMessage(data.decode("utf-8"))

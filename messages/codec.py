@@ -31,6 +31,7 @@ __all__ = [
     "encode",
     "decode",
     "to_plain",
+    "decode_big_int",
 ]
 
 T = TypeVar("T")
@@ -127,12 +128,17 @@ def _to_wire(value: Any) -> Any:
     raise CodecError(f"cannot encode a value of type {type(value).__name__}")
 
 
+def decode_big_int(data: bytes) -> int:
+    """The int a big-int ext record holds (its decimal digits). Raises ``CodecError``."""
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CodecError(f"malformed big integer {data[:40]!r}") from exc
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_BIG_INT:
-        try:
-            return int(data.decode("ascii"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CodecError(f"malformed big integer {data[:40]!r}") from exc
+        return decode_big_int(data)
     if code == _EXT_MESSAGE:
         try:
             name, version, fields = msgpack.unpackb(
