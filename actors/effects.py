@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from messages.fast_init import fast_init
+
 __all__ = ["Send", "Note", "Spawn", "Retire", "Effect", "Core"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Send:
     """Send ``message`` to the actor at ``to``; at ``at`` if given (a timer), else now."""
@@ -24,6 +27,7 @@ class Send:
     at: datetime | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Note:
     """One readable decision line ("tenant X depletes at ..."). ``tenant`` for filtering."""
@@ -32,6 +36,7 @@ class Note:
     tenant: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Spawn:
     """Start a tenant's credit monitor; ``first`` are its first messages, in order."""
@@ -40,6 +45,7 @@ class Spawn:
     first: tuple[Any, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Retire:
     """Stop a tenant's credit monitor (its last lease is gone)."""

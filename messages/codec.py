@@ -22,6 +22,8 @@ from typing import Any, Callable, TypeVar
 
 import msgpack
 
+from messages.fast_init import fast_init
+
 __all__ = [
     "CodecError",
     "UnknownMessageType",
@@ -93,7 +95,7 @@ def message(name: str, version: int = 1) -> Callable[[type[T]], type[T]]:
         cls.MESSAGE_VERSION = version  # type: ignore[attr-defined]
         cls._message_fields = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[attr-defined]
         _REGISTRY[name] = cls
-        return cls
+        return fast_init(cls)
 
     return register
 
