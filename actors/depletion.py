@@ -22,8 +22,12 @@ from datetime import datetime, timedelta
 from typing import Mapping
 
 from messages.chain import CreditEstimate
+from messages.fast_init import fast_init
 
-__all__ = ["DEPLETION_HORIZON", "Estimate", "burn_estimate", "chain_estimate", "earliest"]
+__all__ = [
+    "DEPLETION_HORIZON", "Estimate", "burn_estimate", "chain_estimate", "earliest",
+    "Seconds", "burn_seconds", "chain_seconds", "sooner", "estimate_at", "BURN_RATE", "CHAIN_ESTIMATE",
+]
 
 #: Estimates further out than this are clamped to it. Ten years is far beyond
 #: any wake interval, and keeps ``now + horizon`` representable.
@@ -31,7 +35,12 @@ DEPLETION_HORIZON = timedelta(days=3650)
 _HORIZON_SECONDS = int(DEPLETION_HORIZON.total_seconds())
 _SECOND = timedelta(seconds=1)
 
+#: The two sources an estimate comes from (``Estimate.source``).
+BURN_RATE = "burn rate"
+CHAIN_ESTIMATE = "chain estimate"
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Estimate:
     at: datetime
@@ -39,6 +48,65 @@ class Estimate:
     source: str
     denom: str
     clamped: bool = False
+
+
+#: An estimate before it becomes a time: (seconds from now, clamped to the
+#: horizon; the denom that runs out; whether it was clamped). The credit
+#: check compares these and turns only the winner into a ``datetime``.
+Seconds = tuple[int, str, bool]
+
+
+def burn_seconds(
+    previous: Mapping[str, int],
+    previous_at: datetime,
+    current: Mapping[str, int],
+    now: datetime,
+) -> Seconds | None:
+    """``burn_estimate`` as seconds from ``now``."""
+    elapsed = (now - previous_at) // _SECOND
+    if elapsed <= 0:
+        return None
+    best: Seconds | None = None
+    for denom, before in previous.items():
+        after = current.get(denom, 0)
+        consumed = before - after
+        if consumed <= 0:
+            continue  # deposit or no settlement in between: no burn to read
+        seconds = after * elapsed // consumed
+        if best is None or min(seconds, _HORIZON_SECONDS) < best[0]:
+            best = (seconds, denom, False) if seconds <= _HORIZON_SECONDS else (_HORIZON_SECONDS, denom, True)
+    return best
+
+
+def chain_seconds(estimate: CreditEstimate | None) -> Seconds | None:
+    """``chain_estimate`` as seconds from now."""
+    if estimate is None or not estimate.total_rate_per_second:
+        return None
+    seconds = estimate.estimated_duration_seconds
+    # The denom that runs out first: lowest balance / rate.
+    rates = estimate.total_rate_per_second
+    if len(rates) == 1:  # the common case: one denom, nothing to compare
+        denom = rates[0].denom
+    else:
+        balances = {c.denom: c.amount for c in estimate.current_balance}
+        per = {c.denom: c.amount for c in rates if c.amount > 0}
+        denom = min(per, key=lambda d: balances.get(d, 0) // per[d], default="")
+    if seconds > _HORIZON_SECONDS:
+        return (_HORIZON_SECONDS, denom, True)
+    return (seconds, denom, False)
+
+
+def sooner(first: Seconds | None, second: Seconds | None) -> Seconds | None:
+    """The earlier of two estimates (a tie goes to ``first``)."""
+    if first is None:
+        return second
+    if second is None or first[0] <= second[0]:
+        return first
+    return second
+
+
+def estimate_at(now: datetime, seconds: Seconds, source: str) -> Estimate:
+    return Estimate(now + seconds[0] * _SECOND, source, seconds[1], seconds[2])
 
 
 def burn_estimate(
@@ -52,41 +120,14 @@ def burn_estimate(
     A denom whose balance rose (a deposit) or did not move says nothing about
     its burn and is skipped. None when no denom shows consumption.
     """
-    elapsed = (now - previous_at) // _SECOND
-    if elapsed <= 0:
-        return None
-    best: Estimate | None = None
-    best_seconds = 0
-    for denom, before in previous.items():
-        after = current.get(denom, 0)
-        consumed = before - after
-        if consumed <= 0:
-            continue  # deposit or no settlement in between: no burn to read
-        seconds = after * elapsed // consumed
-        clamped = seconds > _HORIZON_SECONDS
-        seconds = min(seconds, _HORIZON_SECONDS)
-        if best is None or seconds < best_seconds:
-            best_seconds = seconds
-            best = Estimate(now + seconds * _SECOND, "burn rate", denom, clamped)
-    return best
+    seconds = burn_seconds(previous, previous_at, current, now)
+    return estimate_at(now, seconds, BURN_RATE) if seconds is not None else None
 
 
 def chain_estimate(estimate: CreditEstimate | None, now: datetime) -> Estimate | None:
     """The chain's own estimate as a time; None when it has no rate to go by."""
-    if estimate is None or not estimate.total_rate_per_second:
-        return None
-    seconds = estimate.estimated_duration_seconds
-    clamped = seconds > _HORIZON_SECONDS
-    seconds = min(seconds, _HORIZON_SECONDS)
-    # The denom that runs out first: lowest balance / rate.
-    rates = estimate.total_rate_per_second
-    if len(rates) == 1:  # the common case: one denom, nothing to compare
-        denom = rates[0].denom
-    else:
-        balances = {c.denom: c.amount for c in estimate.current_balance}
-        per = {c.denom: c.amount for c in rates if c.amount > 0}
-        denom = min(per, key=lambda d: balances.get(d, 0) // per[d], default="")
-    return Estimate(now + seconds * _SECOND, "chain estimate", denom, clamped)
+    seconds = chain_seconds(estimate)
+    return estimate_at(now, seconds, CHAIN_ESTIMATE) if seconds is not None else None
 
 
 def earliest(*estimates: Estimate | None) -> Estimate | None:

@@ -23,9 +23,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from actors.depletion import Estimate, burn_estimate, chain_estimate, earliest
+from actors.depletion import BURN_RATE, CHAIN_ESTIMATE, Seconds, burn_seconds, chain_seconds, estimate_at, sooner
 from actors.effects import Effect, Note, Send
 from messages.chain import CreditEstimate, Lease
+from messages.coins import Coin
 from messages.coins import coins, coins_to_dict, format_coins
 from messages.credit import (
     CloseFailed,
@@ -49,6 +50,16 @@ __all__ = ["TenantCredit"]
 
 def _when(t: datetime | None) -> str:
     return t.isoformat(" ", "seconds")[:19] if t else "-"
+
+
+def _nonzero(values: tuple[Coin, ...]) -> dict[str, int]:
+    """denom -> amount, zero amounts dropped: a missing denom and a zero one mean the same."""
+    out = {c.denom: c.amount for c in values}
+    if len(out) != len(values):  # a denom listed twice (not a canonical list): add them up
+        out = coins_to_dict(values)
+    if 0 in out.values():
+        out = {d: a for d, a in out.items() if a}
+    return out
 
 
 def _moved(before: datetime | None, after: datetime | None, tolerance: timedelta) -> bool:
@@ -83,6 +94,12 @@ class TenantCredit:
         self._clamped = False
         #: (sorted lease uuids, sorted charged denoms) for snapshots; None: recompute
         self._sorted: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        #: counts changes to ``leases``, so ``_save`` sees one without copying the keys
+        self._lease_changes = 0
+
+    def _leases_changed(self) -> None:
+        self._charged = self._sorted = None
+        self._lease_changes += 1
 
     # -- snapshot ---------------------------------------------------------------
     def snapshot(self) -> TenantSnapshot:
@@ -106,7 +123,7 @@ class TenantCredit:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
         self._restored_charged = set(s.charged_denoms)
-        self._charged = self._sorted = None
+        self._leases_changed()
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
         self.last_sample_at = s.last_sample_at
         self.consecutive_errs = s.consecutive_errs
@@ -128,11 +145,11 @@ class TenantCredit:
             self._on_read_failed(message, now, out)
         elif isinstance(message, LeasesSynced):
             self.leases = {lease.uuid: lease for lease in message.leases}
-            self._charged = self._sorted = None
+            self._leases_changed()
             self.closing = tuple(u for u in self.closing if u in self.leases)
         elif isinstance(message, LeaseOpened):
             self.leases[message.lease.uuid] = message.lease
-            self._charged = self._sorted = None
+            self._leases_changed()
             out.append(Note(f"tenant {self.tenant}: new lease {message.lease.uuid}", self.tenant))
         elif isinstance(message, LeaseGone):
             self._drop((message.lease_uuid,))
@@ -158,7 +175,7 @@ class TenantCredit:
         return out
 
     def _drop(self, lease_uuids: tuple[str, ...]) -> None:
-        self._charged = self._sorted = None
+        self._leases_changed()
         for u in lease_uuids:
             self.leases.pop(u, None)
         self.closing = tuple(u for u in self.closing if u not in lease_uuids)
@@ -171,9 +188,11 @@ class TenantCredit:
         arrive after the tenant was dropped.
         """
         # Compare the raw fields first: building a snapshot for every read of
-        # every tenant costs more than the decision itself.
+        # every tenant costs more than the decision itself. A field that did
+        # not change holds the very same object, so the comparison is by
+        # identity, item by item.
         key = (
-            tuple(self.leases),
+            self._lease_changes,
             self.last_balances,
             self.last_sample_at,
             self.consecutive_errs,
@@ -217,15 +236,22 @@ class TenantCredit:
         ``depletion_check_buffer``. With lease details unknown (restored, not
         yet re-read) only an empty balance counts as gone.
         """
-        charged = self._charged_denoms()
+        charged = self._charged
+        if charged is None:
+            charged = self._charged_denoms()
         if not charged:
             return "" if any(balances.values()) else "balance zero"
-        if any(balances.get(d, 0) <= 0 for d in charged):
-            return "balance zero"
+        for d in charged:
+            if balances.get(d, 0) <= 0:
+                return "balance zero"
         if estimate is not None:
             for rate in estimate.total_rate_per_second:
                 if rate.amount > 0 and rate.denom in charged:
-                    left = next((c.amount for c in estimate.current_balance if c.denom == rate.denom), 0)
+                    left = 0
+                    for c in estimate.current_balance:
+                        if c.denom == rate.denom:
+                            left = c.amount
+                            break
                     if left <= 0:
                         return "credit used up counting unsettled accrual"
         return ""
@@ -252,8 +278,7 @@ class TenantCredit:
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
         self.consecutive_errs = 0
-        # Zero amounts dropped: a missing denom and a zero one mean the same.
-        balances = {d: a for d, a in coins_to_dict(message.account.balances).items() if a}
+        balances = _nonzero(message.account.balances)
         closing: tuple[str, ...] = ()
         gone = self._exhausted(balances, message.estimate)
         if gone:
@@ -283,28 +308,35 @@ class TenantCredit:
             self.last_balances, self.last_sample_at = balances, now
         else:
             self.recheck_at = None
-            estimate: Estimate | None
+            # Both estimates as seconds from now; only the earlier becomes a time.
+            remote = chain_seconds(message.estimate)
+            picked: Seconds | None
             if self.zero_since is not None:
                 # Credit came back: the window is void and the old baseline
                 # spans a deposit, so burn is measured afresh from here.
                 self.zero_since = None
                 self.last_balances, self.last_sample_at = balances, now
-                estimate = chain_estimate(message.estimate, now)
+                picked, source = remote, CHAIN_ESTIMATE
                 prefix = "credit back, grace window cleared; "
             else:
                 local = None
                 if self.last_balances is not None and self.last_sample_at is not None:
-                    local = burn_estimate(self.last_balances, self.last_sample_at, balances, now)
-                estimate = earliest(local, chain_estimate(message.estimate, now))
+                    local = burn_seconds(self.last_balances, self.last_sample_at, balances, now)
+                picked = sooner(local, remote)
+                source = BURN_RATE if picked is local else CHAIN_ESTIMATE
                 if self.last_balances != balances or self.last_sample_at is None:
                     # An unmoved balance saw no settlement: keep the older
                     # baseline so the next burn spans the whole interval.
                     self.last_balances, self.last_sample_at = balances, now
                 prefix = ""
+            clamped = picked is not None and picked[2]
+            if not prefix and clamped and self._clamped:
+                # Beyond the horizon the clamped time moves with now: not news.
+                self._verdict(message.cycle, out, "")
+                return
+            estimate = estimate_at(now, picked, source) if picked is not None else None
             new_at = estimate.at if estimate else None
-            clamped = estimate is not None and estimate.clamped
-            # Beyond the horizon the clamped time moves with now: not news.
-            unchanged = (clamped and self._clamped) or not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
+            unchanged = not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
             self._clamped = clamped
             if not prefix and unchanged:
                 # Nothing an operator needs to read again; the estimate the
