@@ -62,7 +62,7 @@ from capture.format import (
 from capture.wire import CaptureDecoder, OpaqueMessage, contains_bad
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
 
-__all__ = ["Entry", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
+__all__ = ["Entry", "Batch", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
 
 #: How many skipped problems are kept for display; the rest are only counted.
 KEPT_PROBLEMS = 100
@@ -90,6 +90,12 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"Entry({self.path}:{self.offset}, {self.record!r})"
+
+
+#: One frame's records as ``CaptureReader.batches`` yields them: path, byte
+#: offset of the frame, the records, index in the frame of the first (-1: the
+#: frame holds one record).
+Batch = tuple[str, int, list[Any], int]
 
 
 @dataclass
@@ -424,13 +430,31 @@ class CaptureReader:
         self.files = kept
 
     def __iter__(self) -> Iterator[Entry]:
+        for path, offset, records, start in self.batches():
+            if start < 0:
+                for record in records:
+                    yield Entry(path, offset, record)
+            else:
+                for i, record in enumerate(records, start):
+                    yield Entry(path, offset, record, i)
+
+    def batches(self) -> Iterator[Batch]:
+        """The records frame by frame: ``(path, offset, records, start)``, every record an entry's.
+
+        ``start`` is the index in its frame of the first record (each next
+        record is the next index), or -1 for a frame of a single record. A
+        frame with a bad record yields the records before it, then the bad
+        record is raised (or skipped) and the rest follow as another batch.
+        Replay reads this way: it makes no ``Entry`` for a record that
+        never needs to say where it was read.
+        """
         done = 0
         for f in self.files:
             yield from self._read_file(f, done)
             done += f.size
             self.bytes_done = done
 
-    def _read_file(self, f: _File, done_before: int) -> Iterator[Entry]:
+    def _read_file(self, f: _File, done_before: int) -> Iterator[Batch]:
         path = f.path
         try:
             fh = open(path, "rb")
@@ -443,14 +467,14 @@ class CaptureReader:
                 self._bad(TruncatedRecord(path, 0, "the file is empty"), files=1)
                 return
             if self.file_parts:
-                yield Entry(path, FILE_HEADER.size, f.part)
+                yield (path, FILE_HEADER.size, [f.part], -1)
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             try:
                 yield from self._frames(buf, path, size, done_before)
             finally:
                 buf.close()
 
-    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Entry]:
+    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Batch]:
         self._decoding.new_file()
         records_of = self._decoding.frame
         # The first frame is the file header, already read by _probe.
@@ -492,16 +516,36 @@ class CaptureReader:
                 self._bad(exc, records=1, nbytes=nxt - pos)
                 pos = nxt
                 continue
-            batch = len(records) > 1
-            for i, record in enumerate(records):
-                if isinstance(record, CaptureError):
-                    self._bad(record, records=1)
-                elif type(record) is FilePart:
-                    self._bad(CorruptRecord(path, pos, "a file header in the middle of a file"), records=1)
-                else:
-                    yield Entry(path, pos, record, i if batch else -1)
+            if len(records) == 1 and type(records[0]) is DeliveryRecord:
+                yield (path, pos, records, -1)
+            elif any(isinstance(r, CaptureError) or type(r) is FilePart for r in records):
+                yield from self._split(path, pos, records)
+            elif records:
+                yield (path, pos, records, 0 if len(records) > 1 else -1)
             pos = nxt
             self.bytes_done = done_before + pos
+
+    def _split(self, path: str, pos: int, records: list[Any]) -> Iterator[Batch]:
+        """A frame holding bad records: the good runs between them, each bad one raised or skipped in turn."""
+        first = 0 if len(records) > 1 else -1
+        run: list[Any] = []
+        for i, record in enumerate(records):
+            bad: CaptureError | None = None
+            if isinstance(record, CaptureError):
+                bad = record
+            elif type(record) is FilePart:
+                bad = CorruptRecord(path, pos, "a file header in the middle of a file")
+            if bad is None:
+                if not run and first >= 0:
+                    first = i
+                run.append(record)
+                continue
+            if run:
+                yield (path, pos, run, first)
+                run = []
+            self._bad(bad, records=1)
+        if run:
+            yield (path, pos, run, first)
 
 
 def read_records(paths: Iterable[str | os.PathLike[str]], *, skip_bad: bool = False) -> list[Any]:

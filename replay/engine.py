@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from actors.effects import Note, Retire, Send, Spawn
 from capture.format import DeliveryRecord, FilePart, OpaqueDelivery, RunEnd, RunStart
-from capture.reader import Entry
+from capture.reader import Batch, Entry
 from capture.writer import effective_config
 from replay import describe
 from replay.config import replay_config
@@ -268,35 +268,44 @@ class RunEnds:
 
 
 class _Expect:
-    __slots__ = ("to", "message", "at", "excuse")
+    """A timer a replayed input set, to be matched with a delivery sent as ``clock``."""
 
-    def __init__(self, to: str, message: Any, at: datetime | None, excuse: str | None) -> None:
+    __slots__ = ("to", "message", "at")
+
+    def __init__(self, to: str, message: Any, at: datetime) -> None:
         self.to = to
         self.message = message
         self.at = at
-        self.excuse = excuse
 
 
 class _Input:
-    """A replayed input whose decisions are not all matched yet."""
+    """A replayed input whose decisions are not all matched yet.
 
-    __slots__ = ("seq", "at", "address", "entry", "immediate", "timers")
+    ``immediate`` maps each recipient to the messages the core sent it, in
+    order, each as ``(message, excuse)`` (``excuse`` is why it may be
+    missing from the capture, or None).
+    """
 
-    def __init__(self, seq: int, at: datetime, address: str, entry: Entry) -> None:
-        self.seq = seq
-        self.at = at
-        self.address = address
-        self.entry = entry
-        self.immediate: dict[str, collections.deque[_Expect]] = {}
+    __slots__ = ("seq", "at", "address", "record", "path", "offset", "index", "immediate", "timers")
+
+    def __init__(self, record: DeliveryRecord, path: str, offset: int, index: int) -> None:
+        self.seq = record.seq
+        self.at = record.at
+        self.address = record.recipient
+        self.record = record
+        self.path = path
+        self.offset = offset
+        self.index = index
+        self.immediate: dict[str, list[tuple[Any, str | None]]] = {}
         self.timers: list[_Expect] = []
 
     @property
     def where(self) -> str:
-        return self.entry.where()
+        return Entry(self.path, self.offset, self.record, self.index).where()
 
     @property
     def type_name(self) -> str:
-        rec = self.entry.record
+        rec = self.record
         return rec.message if type(rec) is OpaqueDelivery else type(rec.message).__name__
 
 
@@ -321,6 +330,7 @@ def _message_tenant(m: Any) -> str:
 
 
 _OUTSIDE_BY_TYPE: dict[type, Any] = {}
+_ASK = object()  # not looked up yet
 _DECISION_BY_TYPE: dict[type, bool] = {}
 
 
@@ -387,6 +397,8 @@ class _Run:
         #: address -> inputs with mail for it, while it has received nothing this run
         self.parked: dict[str, list[int]] = {}
         self.absent: set[str] = set()
+        #: timeline lines of the deliveries handled since the replayer last took them
+        self.out: list[Any] = []
 
     # -- inputs of replayed cores (a bitmap: a run can hold millions) --------------------
     def _mark_input(self, seq: int) -> None:
@@ -431,7 +443,8 @@ class _Run:
         )
 
     # -- one delivery --------------------------------------------------------------------
-    def delivery(self, entry: Entry, rec: DeliveryRecord) -> list[Any] | None:
+    def delivery(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
+        """One captured delivery: a decision to match, an input to feed, or both (in that order)."""
         self.records += 1
         at = rec.at
         last = self.last_at
@@ -457,16 +470,17 @@ class _Run:
         if replayed is None:
             replayed = self.r._replayed(recipient)
         if not replayed:
-            return None
+            return
         until = self.r.until
         if self.cut or (until is not None and at > until):
             self.cut = True
-            return None
-        return self._feed(entry, rec)
+            return
+        self._feed(rec, path, offset, index)
 
     def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
         inp = self.pending.get(rec.cause)
-        queue = inp.immediate.get(rec.recipient) if inp is not None and inp.address == sender else None
+        recipient = rec.recipient
+        queue = inp.immediate.get(recipient) if inp is not None and inp.address == sender else None
         if not queue:
             known = self._was_input(rec.cause)
             self._diverge(
@@ -474,15 +488,15 @@ class _Run:
                 sender,
                 inp,
                 rec.cause,
-                f"captured {sender} -> {rec.recipient}: {describe.message(rec.message)}; "
+                f"captured {sender} -> {recipient}: {describe.message(rec.message)}; "
                 + ("the replay decides no such message" if known else "no replayed input of this core caused it"),
                 rec.seq,
                 _message_tenant(rec.message),
             )
             return
-        exp = queue.popleft()
+        expected = queue.pop(0)[0]
         self.pending_immediate -= 1
-        if _same(exp.message, rec):
+        if (_same(expected, rec) if type(rec) is OpaqueDelivery else expected == rec.message):
             self.matched += 1
         else:
             self._diverge(
@@ -490,13 +504,15 @@ class _Run:
                 sender,
                 inp,
                 rec.cause,
-                f"to {rec.recipient}: {describe.differences(rec.message, exp.message)}",
+                f"to {recipient}: {describe.differences(rec.message, expected)}",
                 rec.seq,
                 _message_tenant(rec.message),
             )
         if not queue:
-            del inp.immediate[rec.recipient]  # type: ignore[union-attr]
-            self._forget_if_done(inp)  # type: ignore[arg-type]
+            immediate = inp.immediate  # type: ignore[union-attr]
+            del immediate[recipient]
+            if not immediate and not inp.timers:  # type: ignore[union-attr]
+                del self.pending[rec.cause]
 
     def _timely(self, due: datetime, fired: datetime) -> bool:
         return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
@@ -574,7 +590,7 @@ class _Run:
         if not inp.immediate and not inp.timers:
             self.pending.pop(inp.seq, None)
 
-    def _feed(self, entry: Entry, rec: DeliveryRecord) -> list[Any] | None:
+    def _feed(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
         address = rec.recipient
         seq = rec.seq
         self.inputs += 1
@@ -590,26 +606,33 @@ class _Run:
         elif at > self.clock_at:
             self.clock.advance_to(at)
             self.clock_at = at
-        inp = _Input(seq, at, address, entry)
-        out: list[Any] = []
+        out = self.out
         sender = rec.sender
-        if sender != CLOCK and not self._known.get(sender, False) and type(rec) is not OpaqueDelivery:
-            tell = _outside_describer(type(rec.message))
-            text = tell(rec.message) if tell is not None else None
-            if text is not None:
-                out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{sender}: {text}"))
+        opaque = type(rec) is OpaqueDelivery
+        if sender != CLOCK and not self._known.get(sender, False) and not opaque:
+            cls = type(rec.message)
+            tell = _OUTSIDE_BY_TYPE.get(cls, _ASK)
+            if tell is _ASK:
+                tell = _outside_describer(cls)
+            if tell is not None:
+                text = tell(rec.message)
+                if text is not None:
+                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{sender}: {text}"))
         if address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
                 self._diverge(
-                    "crashed", address, inp, seq,
+                    "crashed", address, _Input(rec, path, offset, index), seq,
                     f"the replayed core raised at input #{self.crashed[address]}, "
                     "but the captured actor went on handling messages",
                 )
-            return out
-        if type(rec) is OpaqueDelivery:
-            self._diverge("unreplayable", address, inp, seq, f"input {rec.message} was not captured (not a registered message)")
-            return out
+            return
+        if opaque:
+            self._diverge(
+                "unreplayable", address, _Input(rec, path, offset, index), seq,
+                f"input {rec.message} was not captured (not a registered message)",
+            )
+            return
         core = self.cores.get(address)
         if core is None or address in self.fresh:
             self.fresh.discard(address)
@@ -619,7 +642,11 @@ class _Run:
         except Exception as exc:  # the live actor would have failed and stopped the same way
             self.crashed[address] = seq
             out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
-            return out
+            return
+        if not effects:
+            return
+        inp = _Input(rec, path, offset, index)
+        immediate = inp.immediate
         tenant = _tenant_of(address)
         retired = self.retired
         for eff in effects:
@@ -630,40 +657,47 @@ class _Run:
                     if to in self.absent:
                         self.excused[NEVER_DELIVERED] += 1
                         continue
-                    q = inp.immediate.get(to)
+                    expected = (eff.message, "recipient retired" if to in retired else None)
+                    q = immediate.get(to)
                     if q is None:
-                        q = inp.immediate[to] = collections.deque()
-                    q.append(_Expect(to, eff.message, None, "recipient retired" if to in retired else None))
+                        immediate[to] = [expected]
+                    else:
+                        q.append(expected)
                     self.pending_immediate += 1
-                    if _tells_decision(type(eff.message)):
+                    cls = type(eff.message)
+                    tells = _DECISION_BY_TYPE.get(cls)
+                    if tells is None:
+                        tells = _tells_decision(cls)
+                    if tells:
                         text = describe.decision(eff.message)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
                 else:
-                    inp.timers.append(_Expect(to, eff.message, eff.at, None))
+                    inp.timers.append(_Expect(to, eff.message, eff.at))
             elif te is Note:
                 out.append(Step("note", at, seq, address, eff.tenant or tenant, eff.text))
             elif te is Spawn:
                 to = tenant_address(eff.tenant)
                 self.fresh.add(to)
                 retired.pop(to, None)
-                q = inp.immediate.get(to)
-                if q is None:
-                    q = inp.immediate[to] = collections.deque()
-                for m in eff.first:
-                    q.append(_Expect(to, m, None, None))
-                    self.pending_immediate += 1
-                if not q:
-                    del inp.immediate[to]
+                if eff.first:
+                    q = immediate.get(to)
+                    if q is None:
+                        q = immediate[to] = []
+                    for m in eff.first:
+                        q.append((m, None))
+                        self.pending_immediate += 1
             elif te is Retire:
                 retired[tenant_address(eff.tenant)] = seq
             else:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
-        if inp.immediate or inp.timers:
+        if immediate or inp.timers:
             self.pending[seq] = inp
-            if inp.immediate:
-                self._park(inp)
-        return out
+            seen = self.last_delivery
+            for to in immediate:
+                if to not in seen:
+                    self._park(inp)
+                    break
 
     def opaque_to(self, rec: OpaqueDelivery) -> bool:
         return self.r._replayed(rec.recipient)
@@ -673,10 +707,9 @@ class _Run:
         until = self.r.until
         for seq in sorted(self.pending):
             inp = self.pending[seq]
-            for q in inp.immediate.values():
-                for exp in q:
-                    reason = exp.excuse
-                    if reason is None and self.last_delivery.get(exp.to, 0) < inp.seq:
+            for to, q in inp.immediate.items():
+                for expected, reason in q:
+                    if reason is None and self.last_delivery.get(to, 0) < inp.seq:
                         reason = NEVER_DELIVERED
                     if reason is None and self.cut:
                         reason = "past --until"
@@ -685,8 +718,8 @@ class _Run:
                     else:
                         self._diverge(
                             "missing", inp.address, inp, inp.seq,
-                            f"the replay sends {exp.to}: {describe.message(exp.message)}; the capture has no such delivery",
-                            tenant=_message_tenant(exp.message),
+                            f"the replay sends {to}: {describe.message(expected)}; the capture has no such delivery",
+                            tenant=_message_tenant(expected),
                         )
             for exp in inp.timers:
                 due = exp.at
@@ -815,39 +848,56 @@ class Replayer:
 
     def _replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
         run: _Run | None = None
-        for entry in entries:
-            rec = entry.record
-            t = type(rec)
-            if t is DeliveryRecord or t is OpaqueDelivery:
-                if run is None:
-                    run, begins = self._begin(entry, None, "unknown")
-                    yield begins
-                if self.until is not None and rec.at > self.until + max(run.timer_slack, UNTIL_GRACE):
-                    run.cut = True
-                    self.stopped_early = True  # decisions before --until had their time to be delivered
-                    break
-                out = run.delivery(entry, rec)
-                if out:
-                    yield from out
-                if run.cut and run.pending_immediate <= 0:
-                    self.stopped_early = True  # past --until, every decision before it accounted for
-                    break
-            elif t is RunStart:
-                if run is not None:
-                    yield from self._end(run)
-                run, begins = self._begin(entry, rec, rec.run_id)
-                yield begins
-            elif t is FilePart:
-                if rec.part > 0 and (run is None or run.run_id != rec.run_id):
+        until = self.until
+        stop = False
+        for path, offset, records, start in _batches(entries):
+            index = start
+            for rec in records:
+                t = type(rec)
+                if t is DeliveryRecord or t is OpaqueDelivery:
+                    if run is None:
+                        run, begins = self._begin(Entry(path, offset, rec, index), None, "unknown")
+                        yield begins
+                    if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
+                        run.cut = True
+                        self.stopped_early = True  # decisions before --until had their time to be delivered
+                        stop = True
+                        break
+                    run.delivery(rec, path, offset, index)
+                    if run.out:
+                        out, run.out = run.out, []
+                        yield from out
+                    if run.cut and run.pending_immediate <= 0:
+                        self.stopped_early = True  # past --until, every decision before it accounted for
+                        stop = True
+                        break
+                elif t is RunStart:
                     if run is not None:
                         yield from self._end(run)
-                    run, begins = self._begin(entry, None, rec.run_id)
+                    run, begins = self._begin(Entry(path, offset, rec, index), rec, rec.run_id)
                     yield begins
-            elif t is RunEnd:
-                if run is not None:
-                    run.clean_end = True
-                    yield from self._end(run)
-                    run = None
+                elif t is FilePart:
+                    if rec.part > 0 and (run is None or run.run_id != rec.run_id):
+                        if run is not None:
+                            yield from self._end(run)
+                        run, begins = self._begin(Entry(path, offset, rec, index), None, rec.run_id)
+                        yield begins
+                elif t is RunEnd:
+                    if run is not None:
+                        run.clean_end = True
+                        yield from self._end(run)
+                        run = None
+                if index >= 0:
+                    index += 1
+            if stop:
+                break
         if run is not None:
             yield from self._end(run)
 
+
+def _batches(entries: Iterable[Entry]) -> Iterable[Batch]:
+    """A reader's records frame by frame (``CaptureReader.batches``); other entries one by one."""
+    batches = getattr(entries, "batches", None)
+    if batches is not None:
+        return batches()  # type: ignore[no-any-return]
+    return ((e.path, e.offset, [e.record], e.index) for e in entries)
