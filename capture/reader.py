@@ -170,6 +170,8 @@ class _Decoding:
 
     def __init__(self) -> None:
         self.decoder = CaptureDecoder()
+        #: The last frame's records are all good (no ``CaptureError`` among them).
+        self.clean = True
 
     def new_file(self) -> None:
         self.decoder.reset()
@@ -180,6 +182,7 @@ class _Decoding:
         Raises ``CaptureError`` when the frame as a whole cannot be read.
         """
         decoder = self.decoder
+        self.clean = True
         try:
             value = decoder.decode(body)
         except CodecError as exc:
@@ -195,6 +198,7 @@ class _Decoding:
             reported = 0
             for i, d in enumerate(value[1]):
                 if type(d) is not tuple or len(d) != 6:
+                    self.clean = False
                     out.append(CorruptRecord(path, offset, f"record {i} of the frame is not a delivery"))
                     continue
                 seq, at, sender, recipient, cause, message = d
@@ -205,9 +209,11 @@ class _Decoding:
                     and type(recipient) is str
                     and type(cause) is int
                 ):
+                    self.clean = False
                     out.append(CorruptRecord(path, offset, f"record {i} of the frame: delivery fields have the wrong types"))
                     continue
                 if problems and contains_bad(message):
+                    self.clean = False
                     exc = problems[min(reported, len(problems) - 1)]
                     reported += 1
                     out.append(_codec_error(path, offset, exc, f"record {i} of the frame: "))
@@ -475,8 +481,9 @@ class CaptureReader:
                 buf.close()
 
     def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Batch]:
-        self._decoding.new_file()
-        records_of = self._decoding.frame
+        decoding = self._decoding
+        decoding.new_file()
+        records_of = decoding.frame
         # The first frame is the file header, already read by _probe.
         try:
             _, pos = _frame_at(buf, path, FILE_HEADER.size, end)
@@ -516,12 +523,11 @@ class CaptureReader:
                 self._bad(exc, records=1, nbytes=nxt - pos)
                 pos = nxt
                 continue
-            if len(records) == 1 and type(records[0]) is DeliveryRecord:
-                yield (path, pos, records, -1)
-            elif any(isinstance(r, CaptureError) or type(r) is FilePart for r in records):
-                yield from self._split(path, pos, records)
-            elif records:
-                yield (path, pos, records, 0 if len(records) > 1 else -1)
+            if records:
+                if decoding.clean and type(records[0]) is not FilePart:  # a file header only ever comes alone
+                    yield (path, pos, records, 0 if len(records) > 1 else -1)
+                else:
+                    yield from self._split(path, pos, records)
             pos = nxt
             self.bytes_done = done_before + pos
 
