@@ -24,6 +24,12 @@ Two measures, both as medians over the trials:
   the throughput the process would have on a CPU of its own, and it moves
   far less with the machine's load.
 
+Then the same comparison on the lease-event path (``--events-only`` runs
+just this part): lease events from the devnet websocket (a child process,
+as in ``bench/event_intake.py``) through the production ``ListenerActor``
+to an actor, as fast as the node emits them, ``EVENT_FLOODS`` floods each
+way, alternating, capture off and on. There a delivery is one lease event.
+
 Target (issue 5): capture on costs at most 10% of the events/s.
 """
 
@@ -38,6 +44,7 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 
 from typing import Any  # noqa: E402
 
@@ -48,10 +55,23 @@ from sidecar.config import load_config  # noqa: E402
 from runtime.memory import tune_gc  # noqa: E402
 from sidecar.runner import build  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import event_intake  # noqa: E402  (the devnet websocket process and the counting actor)
+
+from actors.listener import ListenerActor  # noqa: E402
+from actors.listener_settings import ListenerSettings  # noqa: E402
+from capture.settings import CaptureSettings  # noqa: E402
+from capture.writer import CaptureWriter  # noqa: E402
+from runtime.dispatch import ThreadedDispatcher  # noqa: E402
+from runtime.router import SCHEDULER, Router  # noqa: E402
+
 TENANTS = 500
 TRIAL_S = 5.0
 TRIALS = 5  # of each kind
 TARGET_LOSS = 0.10
+#: Lease events per flood, and floods each way, on the event path.
+EVENT_FLOOD = 20_000
+EVENT_FLOODS = 5
 
 
 def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
@@ -86,8 +106,99 @@ def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
     return events / elapsed, events / cpu, events, running.capture
 
 
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def event_flood(url: str, emit: Any, capture_dir: str | None) -> tuple[float, float, Any]:
+    """Lease events/s and lease events per CPU second through the listener; with ``capture_dir``, captured."""
+    writer = None
+    if capture_dir is not None:
+        writer = CaptureWriter(CaptureSettings(directory=capture_dir), clock_now=_now).open()
+    dispatcher = ThreadedDispatcher(_now, workers=2, tap=writer)
+    router = Router()
+    sink_ref = event_intake.Sink.start(dispatcher)
+    router.add(SCHEDULER, sink_ref)
+    sink = sink_ref.actor_inbox.actor  # type: ignore[attr-defined]
+    listener = ListenerActor.start(dispatcher, router, url, event_intake.PROVIDER, ListenerSettings())
+    try:
+        if not event_intake.wait_for(lambda: sink.reconciles >= 1, 10):
+            raise RuntimeError("the listener did not subscribe within 10 s")
+        before = sink.count
+        start, cpu_start = time.perf_counter(), time.process_time()
+        _, lease_events, _, _ = emit(0, EVENT_FLOOD)
+        if not event_intake.wait_for(lambda: sink.count - before >= lease_events, 60):
+            raise RuntimeError("the flood was not delivered within 60 s")
+        if writer is not None:
+            writer.flush()
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        delivered = sink.count - before
+    finally:
+        listener.stop(timeout=10)
+        sink_ref.stop(timeout=10)
+        dispatcher.shutdown()
+        if writer is not None:
+            writer.close()
+    return delivered / elapsed, delivered / cpu, writer
+
+
+def events_part(root: str) -> float:
+    """The lease-event path, capture off vs on; returns the loss of events/s."""
+    import multiprocessing
+
+    event_intake._deadline = event_intake.mono() + 600
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    node = ctx.Process(target=event_intake.node_process, args=(child,), daemon=True)
+    node.start()
+    url = f"ws://127.0.0.1:{parent.recv()}/websocket"
+
+    def emit(rate: float, budget: float) -> Any:
+        parent.send(("emit", rate, budget))
+        return parent.recv()
+
+    try:
+        off: list[float] = []
+        on: list[float] = []
+        off_cpu: list[float] = []
+        on_cpu: list[float] = []
+        writer = None
+        for i in range(EVENT_FLOODS):
+            rate, per_cpu, _ = event_flood(url, emit, None)
+            off.append(rate)
+            off_cpu.append(per_cpu)
+            rate, per_cpu, writer = event_flood(url, emit, os.path.join(root, f"e{i}"))
+            on.append(rate)
+            on_cpu.append(per_cpu)
+            print(f"flood {i + 1}: off {off[-1]:,.0f} lease events/s ({off_cpu[-1]:,.0f}/CPU s), "
+                  f"on {on[-1]:,.0f} lease events/s ({on_cpu[-1]:,.0f}/CPU s)")
+    finally:
+        parent.send(("stop",))
+        parent.recv()
+        node.join(10)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
+    loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
+    print(f"lease events through the websocket listener, {EVENT_FLOODS} floods of {EVENT_FLOOD:,} each way (medians)")
+    print(f"capture off: {m_off:,.0f} lease events/s   {c_off:,.0f}/CPU s")
+    print(f"capture on:  {m_on:,.0f} lease events/s   {c_on:,.0f}/CPU s")
+    if writer is not None:
+        print(f"last capture: {writer.records:,} records ({writer.bytes_written / 1e6:.1f} MB), dropped {writer.dropped}")
+    verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
+    print(f"capture costs {loss:.1%} of the lease events/s ({cpu_loss:.1%} per CPU second): "
+          f"{verdict} the target of at most {TARGET_LOSS:.0%}")
+    return loss
+
+
 def main() -> int:
     tune_gc()  # as run.py does before it starts the sidecar
+    if "--events-only" in sys.argv[1:]:
+        root = tempfile.mkdtemp(prefix="lw-capture-bench-")
+        try:
+            events_part(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
     root = tempfile.mkdtemp(prefix="lw-capture-bench-")
     try:
         off: list[float] = []
@@ -119,6 +230,8 @@ def main() -> int:
         verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
         print(f"capture costs {loss:.1%} of the events/s ({cpu_loss:.1%} of the events per CPU second): "
               f"{verdict} the target of at most {TARGET_LOSS:.0%}")
+        print()
+        events_part(root)
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)

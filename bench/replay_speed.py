@@ -65,7 +65,7 @@ from sidecar.config import load_config  # noqa: E402
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 TENANTS = 300
 MINUTES = 40
-REPEATS = 5
+REPEATS = 7
 TARGET = 100_000
 
 
