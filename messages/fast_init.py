@@ -24,9 +24,15 @@ __all__ = ["fast_init"]
 
 T = TypeVar("T", bound=type)
 
-#: Stands for "no argument given" where a field has a default factory, as in
-#: the dataclass's own ``__init__``: the factory runs once per object.
-_FACTORY = object()
+class _Factory:
+    """Stands for "no argument given" where a field has a default factory, as in
+    the dataclass's own ``__init__``: the factory runs once per object."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
 
 
 def _reproducible(cls: type) -> bool:
@@ -76,5 +82,6 @@ def fast_init(cls: T) -> T:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # help() shows the same signature
     cls.__init__ = init  # type: ignore[misc]
     return cls
