@@ -191,6 +191,15 @@ def test_one_bad_delivery_in_a_batch_costs_only_itself(tmp_path):
     entries = list(CaptureReader([path], skip_bad=True))
     assert [(e.record.seq, e.index) for e in entries] == [(1, 0), (3, 2)]
     assert entries[0].where() == f"{path}:{offsets[1]}[0]"
+    # Frame by frame: the records before the bad one come first, then the
+    # bad one is raised (or skipped), then the rest, each run with its index.
+    seen = []
+    with pytest.raises(UnknownTypeInCapture):
+        for _, _, records, start in CaptureReader([path]).batches():
+            seen.append(([r.seq for r in records], start))
+    assert seen == [([1], 0)]
+    batches = [([r.seq for r in records], start) for _, _, records, start in CaptureReader([path], skip_bad=True).batches()]
+    assert batches == [([1], 0), ([3], 2)]
 
 
 def test_newer_schema_version_names_file_and_offset(tmp_path):

@@ -163,6 +163,16 @@ def test_replay_reproduces_every_decision(capture):
     assert end.clean_end and end.matched > 100 and end.inputs > 100
 
 
+def test_entries_one_by_one_replay_as_the_reader_frame_by_frame(capture):
+    """Replay reads a CaptureReader frame by frame; any other iterable of entries one by one."""
+    paths, _ = capture
+    by_frame = [e.to_json() for e in Replayer(build_core).replay(CaptureReader(paths, file_parts=True))]
+    entries = list(CaptureReader(paths, file_parts=True))
+    assert any(e.index > 0 for e in entries)  # frames of several records were read
+    one_by_one = [e.to_json() for e in Replayer(build_core).replay(iter(entries))]
+    assert one_by_one == by_frame
+
+
 def test_a_changed_error_threshold_diverges_at_the_second_failed_read(capture):
     paths, _ = capture
     replayer = Replayer(build_core, overrides={"scheduler": {"credit_check_error_threshold": 2}})
