@@ -28,6 +28,11 @@ class CaptureSettings:
     max_file_age: timedelta = setting(
         timedelta(hours=1), "start a new file when the current one is this old (clock time); 0: never"
     )
+    max_total_bytes: int = setting(
+        2 * 1024 * 1024 * 1024,
+        "when a new file starts, the oldest capture files go until all of them fit in this many bytes; 0: keep all",
+        min=0, max=2**50,
+    )
     flush: str = setting("interval", "when records reach the OS: record | count | interval", choices=FLUSH_POLICIES)
     flush_records: int = setting(1000, "with flush = count: records per flush", min=1, max=10_000_000)
     flush_interval: timedelta = setting(
@@ -42,3 +47,7 @@ class CaptureSettings:
         65536, "records waiting for the background writer at most; a full queue makes delivery wait",
         min=16, max=10_000_000,
     )
+
+    def validate(self) -> None:
+        if 0 < self.max_total_bytes < self.max_file_bytes:
+            raise ValueError("max_total_bytes must be 0 (keep every file) or at least max_file_bytes")

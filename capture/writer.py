@@ -22,7 +22,10 @@ manual clock rotates deterministically) under ``directory``, named
 ``leasewarden-<run start>-<run id>-<part>.lwcap``; each begins with a header
 naming its run and part. Leases are interned per file (``INTERNED_TYPES``,
 ``capture.wire``): a frame that would start a new file is encoded again for
-it, so that no file refers to what another file defined. When records reach the OS is the flush policy
+it, so that no file refers to what another file defined. When a file starts,
+the oldest capture files are removed until all fit in ``max_total_bytes``
+(``_Sink._prune``), so that a sidecar left alone for months does not fill
+its disk. When records reach the OS is the flush policy
 (``CaptureSettings.flush``). Frames are appended whole, so what a crash
 leaves is whole records plus at most one partial one, which the reader
 reports as truncated; how many records a crash can lose before that is what
@@ -40,6 +43,7 @@ import collections
 import configparser
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -88,6 +92,10 @@ GATHER_S = 0.02
 #: the chain hands out the same ``Lease`` object while a lease is unchanged,
 #: and the provider's whole active-lease list is read every cycle.
 INTERNED_TYPES = ("lease", "lease_item")
+
+#: The names the writer gives its files: the only files the size budget
+#: (``max_total_bytes``) ever removes; anything else in the directory stays.
+CAPTURE_FILE_NAME = re.compile(r"^leasewarden-(\d{8}T\d{6})Z-([0-9A-Za-z]+)-(\d{4,})" + re.escape(FILE_SUFFIX) + "$")
 
 #: How long ``close()`` waits for the writer thread to drain its queue.
 CLOSE_TIMEOUT_S = 60.0
@@ -208,6 +216,52 @@ class _Sink:
         self.buffer += header
         self.file_bytes += len(header)
         self.flush()  # a file names its run and part on disk from its first moment
+        self._prune()
+
+    def _prune(self) -> None:
+        """Remove the oldest capture files until all of them fit in ``max_total_bytes``.
+
+        Runs when a file starts, so between two starts the captures may
+        outgrow the budget by the file being written. A sidecar left alone
+        for months must not fill the disk its ledger is on; the oldest runs
+        are the least likely to be replayed. The file being written is never
+        removed, nor anything in the directory that is not a capture file
+        by its name. A file that cannot be removed is logged and kept.
+        """
+        budget = self.settings.max_total_bytes
+        if not budget:
+            return
+        found: list[tuple[tuple[str, str, int], str, int]] = []
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    m = CAPTURE_FILE_NAME.match(entry.name)
+                    if m and entry.is_file(follow_symlinks=False):
+                        order = (m.group(1), m.group(2), int(m.group(3)))
+                        found.append((order, entry.path, entry.stat(follow_symlinks=False).st_size))
+        except OSError as exc:
+            logger.warning("capture: cannot list %s to keep it under max_total_bytes: %s", self.directory, exc)
+            return
+        total = sum(size for _, _, size in found)
+        current = os.path.basename(self.path) if self.path else None
+        for _, path, size in sorted(found):
+            if total <= budget:
+                break
+            if os.path.basename(path) == current:
+                continue
+            try:
+                os.remove(path)
+            except FileNotFoundError:  # removed meanwhile (an operator, another sidecar)
+                pass
+            except OSError as exc:
+                logger.warning("capture: cannot remove %s to keep the captures under max_total_bytes: %s", path, exc)
+                continue
+            else:
+                logger.info(
+                    "capture: removed %s (%d bytes), the oldest capture file, to keep the captures under "
+                    "max_total_bytes (%d)", path, size, budget,
+                )
+            total -= size
 
     def _close_file(self) -> None:
         self.flush()

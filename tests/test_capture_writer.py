@@ -24,7 +24,7 @@ from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
-from sidecar.config import load_config
+from sidecar.config import ConfigError, load_config
 
 
 def settings(tmp_path: Path, **kw) -> CaptureSettings:
@@ -298,3 +298,51 @@ def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, 
     assert seen == list(range(1, 41))
     # Interning is what keeps the files small: 40 reads of 30 leases in a few files.
     assert sum(os.path.getsize(p) for p in writer.paths) < 40 * len(encode(leases)) / 4
+
+
+def _capture_files(directory) -> list[str]:
+    return sorted(p.name for p in Path(directory).iterdir() if p.name.endswith(".lwcap"))
+
+
+def test_the_oldest_capture_files_go_to_keep_the_total_under_its_budget(tmp_path, clock, caplog):
+    directory = tmp_path / "cap"
+    # An earlier run's files, and files that are not captures: the budget never touches the latter.
+    old = CaptureWriter(settings(tmp_path, max_file_bytes=4096, max_total_bytes=0, background=False), clock_now=clock.now).open()
+    for seq in range(1, 101):
+        old(delivery(seq, clock))
+    old.close()
+    old_files = _capture_files(directory)
+    assert len(old_files) >= 3
+    (directory / "notes.txt").write_text("operator's notes")
+    (directory / "leasewarden-keep.lwcap").write_bytes(b"x" * 50_000)  # not a name the writer gives
+    clock.advance(3600)
+    budget = 20_000
+    s = settings(tmp_path, max_file_bytes=4096, max_total_bytes=budget, background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    with caplog.at_level("INFO", logger="capture.writer"):
+        for seq in range(1, 201):
+            writer(delivery(seq, clock))
+            current = writer.paths[-1]
+            written = [directory / f for f in _capture_files(directory) if f != "leasewarden-keep.lwcap"]
+            # Within budget, but for the file being written (the budget is kept when a file starts).
+            assert sum(p.stat().st_size for p in written if str(p) != current) <= budget
+            assert os.path.exists(current)
+    writer.close()
+    left = _capture_files(directory)
+    assert not set(old_files) & set(left)  # the earlier run went first, all of it
+    assert "leasewarden-keep.lwcap" in left and (directory / "notes.txt").exists()
+    assert "removed" in caplog.text and old_files[0] in caplog.text
+    # What is left still reads: the run's first parts are gone, the rest in order.
+    seqs = [r.seq for r in deliveries(read_records([str(directory / f) for f in left if f != "leasewarden-keep.lwcap"]))]
+    assert seqs == list(range(seqs[0], 201)) and seqs[0] > 1
+
+
+def test_a_budget_of_zero_keeps_every_file_and_a_budget_below_a_file_is_refused(tmp_path, clock):
+    s = settings(tmp_path, max_file_bytes=4096, max_total_bytes=0, background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 201):
+        writer(delivery(seq, clock))
+    writer.close()
+    assert len(_capture_files(s.directory)) == len(writer.paths) > 5
+    with pytest.raises(ConfigError, match=r"\[capture\] max_total_bytes must be 0 .* or at least max_file_bytes"):
+        load_config(overrides={"capture": {"max_file_bytes": 1 << 20, "max_total_bytes": 4096}})
