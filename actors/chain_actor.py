@@ -16,6 +16,7 @@ from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.shell import CoreActor
 from actors.withdraw_cycle import WithdrawCycle
+from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
 from messages.chain_actor import (
     CloseBatchAnswered,
@@ -25,6 +26,7 @@ from messages.chain_actor import (
     RetryWithdrawPage,
     WithdrawPageAnswered,
     WithdrawRequested,
+    WithdrawTxAnswered,
 )
 from messages.credit import CloseRequested
 from messages.scheduler import ClosuresFlushed, WithdrawFinished
@@ -43,6 +45,7 @@ class ChainDecisions:
         self.buffer = ClosureBuffer()
         self.rounds: dict[int, CloseRound] = {}
         self._round_counter = 0
+        self.lookups = WithdrawLookups()
 
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         if isinstance(message, WithdrawRequested):
@@ -52,9 +55,16 @@ class ChainDecisions:
             self.withdraw = WithdrawCycle(message.cycle, self.settings)
             return self.withdraw.begin()
         if isinstance(message, WithdrawPageAnswered):
-            if self.withdraw is None or self.withdraw.cycle != message.cycle:
+            w = self.withdraw
+            if w is None or w.cycle != message.cycle:
                 return []
-            return self.withdraw.answered(message, now)
+            out = w.answered(message, now)
+            if w.done and w.unknown_tx:
+                out += self.lookups.begin(w.cycle, w.page, w.unknown_tx, now)
+                w.unknown_tx = ""
+            return out
+        if isinstance(message, WithdrawTxAnswered):
+            return self.lookups.answered(message, now)
         if isinstance(message, RetryWithdrawPage):
             if self.withdraw is None or self.withdraw.cycle != message.cycle:
                 return []

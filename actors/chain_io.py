@@ -36,6 +36,8 @@ from messages.chain_actor import (
     NodeStatusCall,
     WithdrawPageAnswered,
     WithdrawPageCall,
+    WithdrawTxAnswered,
+    WithdrawTxCall,
 )
 from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead
@@ -91,6 +93,7 @@ class ChainIO(PooledActor):
             NodeStatusCall: (reads, self._node_status),
             LeaseCheckCall: (reads, self._lease_check),
             WithdrawPageCall: (writes, self._withdraw_page),
+            WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
         }
 
@@ -170,6 +173,10 @@ class ChainIO(PooledActor):
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
         page, error = _attempt("withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key))
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
+
+    def _withdraw_tx(self, m: WithdrawTxCall) -> tuple[str, Any]:
+        page, error = _attempt("withdraw_outcome", lambda: self.client.withdraw_outcome(m.tx_hash, self.provider_uuid))
+        return CHAIN, WithdrawTxAnswered(m.cycle, m.page, m.tx_hash, m.attempt, page, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
         outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))

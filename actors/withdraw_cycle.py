@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from chain.errors import BILLING, NO_WITHDRAWABLE
-from messages.chain import ChainFailure
+from messages.chain import ChainFailure, WithdrawPage
 from messages.coins import Coin, add_coins, format_coins
 from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
 from messages.ledger import SettlementsRecorded, WithdrawalRecorded
@@ -35,12 +35,33 @@ from actors.effects import Effect, Note, Send
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 from sidecar.config import SchedulerSettings
 
-__all__ = ["WithdrawCycle", "backoff_delay"]
+__all__ = ["WithdrawCycle", "backoff_delay", "page_to_ledger"]
 
 
 def backoff_delay(attempt: int, initial: timedelta, cap: timedelta) -> timedelta:
     """Delay before try ``attempt + 1`` after try ``attempt`` failed (1-based): initial x 2^(attempt-1), capped."""
     return min(initial * (2 ** (attempt - 1)), cap)
+
+
+def page_to_ledger(cycle: int, page_no: int, page: WithdrawPage, now: datetime) -> list[Effect]:
+    """What the ledger is told of an applied page: the page, and what it took from each lease."""
+    out: list[Effect] = [
+        Send(
+            LEDGER,
+            WithdrawalRecorded(
+                at=now,
+                cycle=cycle,
+                page=page_no,
+                tx_hash=page.tx_hash,
+                amounts=page.total_amounts,
+                withdrawal_count=page.withdrawal_count,
+            ),
+        )
+    ]
+    # What the page took from each lease: the statement's "withdrawn" column.
+    if page.settlements:
+        out.append(Send(LEDGER, SettlementsRecorded(page.settlements)))
+    return out
 
 
 class WithdrawCycle:
@@ -56,6 +77,9 @@ class WithdrawCycle:
         self.withdrawal_count = 0
         self.tx_hashes: list[str] = []
         self.done = False
+        #: The tx of the page the cycle ended on when that page may have been
+        #: applied all the same ("": none); the chain actor looks it up.
+        self.unknown_tx = ""
 
     def begin(self) -> list[Effect]:
         return [Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key))]
@@ -75,22 +99,7 @@ class WithdrawCycle:
         self.total = add_coins(self.total, page.total_amounts)
         self.withdrawal_count += page.withdrawal_count
         self.tx_hashes.append(page.tx_hash)
-        out: list[Effect] = [
-            Send(
-                LEDGER,
-                WithdrawalRecorded(
-                    at=now,
-                    cycle=self.cycle,
-                    page=self.page,
-                    tx_hash=page.tx_hash,
-                    amounts=page.total_amounts,
-                    withdrawal_count=page.withdrawal_count,
-                ),
-            )
-        ]
-        # What the page took from each lease: the statement's "withdrawn" column.
-        if page.settlements:
-            out.append(Send(LEDGER, SettlementsRecorded(page.settlements)))
+        out = page_to_ledger(self.cycle, self.page, page, now)
         if not page.next_key:
             return out + self._finish()
         if self.page >= self.settings.max_withdraw_iterations:
@@ -117,6 +126,7 @@ class WithdrawCycle:
             ]
         if error.may_have_committed:
             why = "it may have been applied, so it is not sent again"
+            self.unknown_tx = error.tx_hash
         elif error.transient:
             why = f"gave up after {self.attempt} tries"
         else:

@@ -24,7 +24,19 @@ class ChainClient(Protocol):
     def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]: ...
 
     def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
-        """One provider-wide ``MsgWithdraw`` page starting after ``key``, once included."""
+        """One provider-wide ``MsgWithdraw`` page starting after ``key``, once included.
+
+        A failure after the tx was signed and may have been applied raises
+        ``ChainError`` with ``may_have_committed`` and the tx's ``tx_hash``.
+        """
+        ...
+
+    def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
+        """What the withdraw tx ``tx_hash`` applied, once included; None while no node knows it.
+
+        Raises ``ChainError`` (not ``may_have_committed``) when it was included
+        and failed: it applied nothing.
+        """
         ...
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:

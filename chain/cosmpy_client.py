@@ -343,6 +343,18 @@ class CosmpyChainClient:
         )
         op = f"withdraw_by_provider {provider_uuid}"
         included = self.send_messages(op, [msg])
+        return self._withdraw_page(op, included, provider_uuid)
+
+    def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
+        op = f"withdraw_outcome {tx_hash}"
+        found = self._get_tx(op, tx_hash)
+        if found is None:
+            return None
+        if found.code != 0:
+            raise self._tx_error(op, found, included_at=found.height)
+        return self._withdraw_page(op, self._included(op, tx_hash, found), provider_uuid)
+
+    def _withdraw_page(self, op: str, included: IncludedTx, provider_uuid: str) -> WithdrawPage:
         r = billing_tx.MsgWithdrawResponse()
         self._unpack(op, included, 0, MSG_WITHDRAW_RESPONSE, r)
         return self._decoded(
@@ -449,6 +461,7 @@ class CosmpyChainClient:
     def _send(self, operation: str, msgs: list[Message]) -> IncludedTx:
         margin = self.gas_multiplier
         retries = 0
+        txhash = ""
         while True:
             account = self._account_info(operation)
             try:
@@ -468,15 +481,10 @@ class CosmpyChainClient:
                         # Failed in the ante handler at inclusion: the sequence was not used.
                         self._account = None
                     raise self._tx_error(operation, included, included_at=included.height)
-                return IncludedTx(
-                    txhash=txhash,
-                    height=included.height,
-                    msg_responses=self._msg_responses(operation, included),
-                    gas_used=included.gas_used,
-                    events=tuple((e.type, {a.key: a.value for a in e.attributes}) for e in included.events),
-                    timestamp=included.timestamp,
-                )
+                return self._included(operation, txhash, included)
             except ChainError as exc:
+                if exc.may_have_committed and not exc.tx_hash:
+                    exc.tx_hash = txhash  # signed and maybe applied: it can be looked up
                 if retries >= self.max_tx_retries or not self._retry_here(exc):
                     raise
                 retries += 1
@@ -486,6 +494,16 @@ class CosmpyChainClient:
                 else:
                     log.info("%s: %s; re-reading the account and signing again", operation, exc)
                     self._resync(operation, exc)
+
+    def _included(self, operation: str, txhash: str, included: abci_pb2.TxResponse) -> IncludedTx:
+        return IncludedTx(
+            txhash=txhash,
+            height=included.height,
+            msg_responses=self._msg_responses(operation, included),
+            gas_used=included.gas_used,
+            events=tuple((e.type, {a.key: a.value for a in e.attributes}) for e in included.events),
+            timestamp=included.timestamp,
+        )
 
     @staticmethod
     def _retry_here(exc: ChainError) -> bool:

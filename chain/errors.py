@@ -74,6 +74,7 @@ class ChainError(Exception):
         code: int = 0,
         transient: bool | None = None,
         may_have_committed: bool = False,
+        tx_hash: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -83,6 +84,8 @@ class ChainError(Exception):
             transient = (codespace, code) in _TRANSIENT or codespace == "transport"
         self.transient = transient
         self.may_have_committed = may_have_committed
+        #: the tx whose outcome is unknown (with ``may_have_committed``), when known
+        self.tx_hash = tx_hash
 
     def __str__(self) -> str:
         where = f"{self.codespace} code {self.code}: " if self.codespace else ""
@@ -96,6 +99,7 @@ class ChainError(Exception):
             code=self.code,
             transient=self.transient,
             may_have_committed=self.may_have_committed,
+            tx_hash=self.tx_hash if self.may_have_committed else "",
         )
 
     @classmethod
@@ -103,9 +107,9 @@ class ChainError(Exception):
         return cls(message, codespace=BILLING, code=code)
 
     @classmethod
-    def transport(cls, message: str, *, may_have_committed: bool = False) -> "ChainError":
+    def transport(cls, message: str, *, may_have_committed: bool = False, tx_hash: str = "") -> "ChainError":
         return cls(
-            message, codespace="transport", transient=True, may_have_committed=may_have_committed
+            message, codespace="transport", transient=True, may_have_committed=may_have_committed, tx_hash=tx_hash
         )
 
 

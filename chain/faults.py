@@ -28,6 +28,8 @@ class _Rule:
     latency: float = 0.0
     stale: bool = False
     stall: threading.Event | None = None
+    #: calls whose answer is lost after they were applied
+    lose_answers: int = 0
     #: Tenants (or any first argument) the rule applies to; empty: all calls.
     only: frozenset[str] = field(default_factory=frozenset)
 
@@ -58,6 +60,23 @@ class Faults:
             rule.fail_next += times
             rule.fail_after = after
             rule.error = error
+
+    def lose_answer(self, operation: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``operation`` are applied, then their answer is lost
+        (a transaction broadcast whose inclusion the client never saw)."""
+        with self._lock:
+            self._rule(operation).lose_answers += times
+
+    def answer_lost(self, operation: str) -> bool:
+        """After a call was applied: whether its answer is to be lost (uses up one)."""
+        rule = self._rules.get(operation)
+        if rule is None or not rule.lose_answers:
+            return False
+        with self._lock:
+            if rule.lose_answers <= 0:
+                return False
+            rule.lose_answers -= 1
+            return True
 
     def fail_rate(self, operation: str, rate: float, only: frozenset[str] = frozenset()) -> None:
         """Each call of ``operation`` (for the given first arguments) fails with probability ``rate``."""

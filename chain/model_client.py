@@ -28,6 +28,10 @@ from messages.coins import Coin
 
 __all__ = ["ModelChainClient"]
 
+#: Withdraw pages remembered by tx hash for ``withdraw_outcome`` (a node
+#: keeps its txs for longer; the sidecar looks one up within minutes).
+KEPT_WITHDRAW_PAGES = 10_000
+
 
 class ModelChainClient:
     def __init__(
@@ -47,6 +51,8 @@ class ModelChainClient:
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
+        #: withdraw pages applied, by tx hash (the latest KEPT_WITHDRAW_PAGES)
+        self._pages: dict[str, WithdrawPage] = {}
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
         model.subscribe(self._on_tx)
@@ -95,7 +101,7 @@ class ModelChainClient:
             else:
                 tx_hash = tx.tx_hash
                 settled = tuple(settlements_in_tx(tx.tx_hash, tx.time, _pairs(tx), provider_uuid=provider_uuid))
-            return WithdrawPage(
+            page = WithdrawPage(
                 tx_hash=tx_hash,
                 total_amounts=r.total_amounts,
                 withdrawal_count=r.withdrawal_count,
@@ -104,8 +110,27 @@ class ModelChainClient:
                 payout_address=r.payout_address,
                 settlements=settled,
             )
+            with self._lock:
+                self._pages[tx_hash] = page
+                if len(self._pages) > KEPT_WITHDRAW_PAGES:
+                    del self._pages[next(iter(self._pages))]
+            if self.faults.answer_lost("withdraw_by_provider"):
+                raise ChainError.transport(
+                    f"withdraw_by_provider {provider_uuid}: tx {tx_hash} was broadcast but not included in time "
+                    "(injected: the answer was lost)",
+                    may_have_committed=True,
+                    tx_hash=tx_hash,
+                )
+            return page
 
         return self._call("withdraw_by_provider", (provider_uuid, key), send)
+
+    def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
+        def look_up() -> WithdrawPage | None:
+            with self._lock:
+                return self._pages.get(tx_hash)
+
+        return self._call("withdraw_outcome", tx_hash, look_up)
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         return self._call(

@@ -157,3 +157,6 @@ class ChainFailure:
     #: The call may have been applied on chain even though it failed here
     #: (e.g. broadcast succeeded, inclusion timed out). Never re-drive it.
     may_have_committed: bool = False
+    #: With ``may_have_committed``: the hash of the tx whose outcome is
+    #: unknown, when it was signed ("" otherwise), so that it can be looked up.
+    tx_hash: str = ""

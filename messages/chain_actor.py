@@ -20,6 +20,8 @@ __all__ = [
     "RetryWithdrawPage",
     "WithdrawPageCall",
     "WithdrawPageAnswered",
+    "WithdrawTxCall",
+    "WithdrawTxAnswered",
     "ActiveLeasesCall",
     "CreditCall",
     "CreditReadsCall",
@@ -70,6 +72,30 @@ class WithdrawPageCall:
 class WithdrawPageAnswered:
     cycle: int
     page: int
+    attempt: int
+    result: WithdrawPage | None = None
+    error: ChainFailure | None = None
+
+
+@message("withdraw_tx_call")
+@dataclass(frozen=True, slots=True)
+class WithdrawTxCall:
+    """Look up what a withdraw tx of unknown outcome applied (``ChainClient.withdraw_outcome``)."""
+
+    cycle: int
+    page: int
+    tx_hash: str
+    attempt: int
+
+
+@message("withdraw_tx_answered")
+@dataclass(frozen=True, slots=True)
+class WithdrawTxAnswered:
+    """``result``: the page the tx applied; neither it nor ``error``: no node knows the tx (yet)."""
+
+    cycle: int
+    page: int
+    tx_hash: str
     attempt: int
     result: WithdrawPage | None = None
     error: ChainFailure | None = None

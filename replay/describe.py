@@ -11,7 +11,13 @@ from datetime import datetime
 from typing import Any, Callable
 
 from messages.chain import ChainFailure
-from messages.chain_actor import CloseBatchAnswered, LeaseCheckAnswered, NodeStatusAnswered, WithdrawPageAnswered
+from messages.chain_actor import (
+    CloseBatchAnswered,
+    LeaseCheckAnswered,
+    NodeStatusAnswered,
+    WithdrawPageAnswered,
+    WithdrawTxAnswered,
+)
 from messages.coins import Coin, format_coins
 from messages.credit import CreditReadFailed
 from messages.ledger import BillingTickDue
@@ -104,6 +110,15 @@ def _withdraw_page(m: WithdrawPageAnswered) -> str:
     return f"withdraw page {m.page}: {format_coins(r.total_amounts)} from {r.withdrawal_count} lease(s){more} (tx {r.tx_hash[:12]})"
 
 
+def _withdraw_tx(m: WithdrawTxAnswered) -> str:
+    if m.error is not None:
+        return f"withdraw tx {m.tx_hash[:12]} lookup {m.attempt}: {_failure(m.error)}"
+    if m.result is None:
+        return f"withdraw tx {m.tx_hash[:12]} lookup {m.attempt}: not known to the node"
+    r = m.result
+    return f"withdraw tx {m.tx_hash[:12]} lookup {m.attempt}: applied, {format_coins(r.total_amounts)} from {r.withdrawal_count} lease(s)"
+
+
 def _leases_read(m: ActiveLeasesRead) -> str:
     if m.error is not None:
         return f"active leases read failed: {_failure(m.error)}"
@@ -140,6 +155,7 @@ def _lease_event(m: Any) -> str:
 
 _OUTSIDE: dict[type, Callable[[Any], str | None]] = {
     WithdrawPageAnswered: _withdraw_page,
+    WithdrawTxAnswered: _withdraw_tx,
     ActiveLeasesRead: _leases_read,
     CloseBatchAnswered: _close_batch,
     LeaseCheckAnswered: _lease_check,

@@ -248,9 +248,17 @@ def test_inclusion_timeout_may_have_committed_and_the_tx_lands_later(world: Worl
         client.withdraw_by_provider(PROVIDER, b"")
 
     assert info.value.may_have_committed and info.value.transient
+    tx_hash = info.value.tx_hash
+    assert len(tx_hash) == 64 and tx_hash in str(info.value)
     assert world.node.mempool_size() == 1
+    assert client.withdraw_outcome(tx_hash, PROVIDER) is None  # in the mempool: no node knows it as included
     world.blocks.resume()
     wait_until(lambda: len(_withdraw_txs(world)) == 1, what="the timed-out tx to be included")
+    # Once included, the lookup reads what it applied, as withdraw_by_provider would have answered.
+    page = client.withdraw_outcome(tx_hash, PROVIDER)
+    assert page is not None and page.tx_hash == tx_hash and page.withdrawal_count == 1
+    assert page.total_amounts and [s.tx_hash for s in page.settlements] == [tx_hash]
+    assert client.withdraw_outcome("00" * 32, PROVIDER) is None
 
 
 def test_concurrent_txs_of_one_client_are_serialized(world: World) -> None:

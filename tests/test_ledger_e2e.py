@@ -364,3 +364,33 @@ def test_killed_and_restarted_the_zero_balance_grace_window_keeps_its_start(cras
     window = SCHEDULER.credit_check_zero_grace_period
     assert crash.l3_closed_at is not None, "not closed within the window that began before the crash"
     assert crash.zero_since + window <= crash.l3_closed_at < crash.restarted_at + window
+
+
+def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
+    """The page was applied but its answer never came: looked up by its tx hash, it is booked."""
+    chain = Chain(utc(2026, 3, 1))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    chain.lease(RICH, [item(3)])
+    chain.lease(RICH, [item(5)])
+    withdraw_txs: list[str] = []
+    chain.model.subscribe(
+        lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
+    )
+    chain.clock.advance(3600)
+    life = Life(chain, tmp_path / "ledger.sqlite")
+    life.client.faults.lose_answer("withdraw_by_provider")
+    # Up to the first withdraw: applied on chain, its answer lost.
+    life.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
+    [lost] = withdraw_txs
+    assert life.client.pages == []
+
+    def booked(tx: str) -> tuple[int, int]:
+        with life.ledger.read() as conn:
+            w = conn.execute("SELECT COUNT(*) FROM withdrawals WHERE tx_hash = ?", (tx,)).fetchone()[0]
+            s = conn.execute("SELECT COUNT(*) FROM settlements WHERE tx_hash = ?", (tx,)).fetchone()[0]
+        return w, s
+
+    assert booked(lost)[0] == 0  # not yet: the first lookup is due
+    life.run_until(chain.clock.now() + timedelta(minutes=1))
+    assert booked(lost) == (1, 2)  # the page, and what it took from each of the two leases
+

@@ -27,7 +27,7 @@ from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from devnet.websocket_server import WebsocketServer
 from messages.chain import LeaseItem, NodeStatus
-from messages.chain_actor import CloseBatchAnswered
+from messages.chain_actor import CloseBatchAnswered, WithdrawPageAnswered, WithdrawTxAnswered
 from messages.coins import Coin
 from messages.credit import CreditReadFailed
 from messages.scheduler import Reconcile
@@ -129,6 +129,7 @@ def capture(tmp_path_factory):
         assert live.server.drop_all() == 1  # the websocket drops; the listener reconnects and reconciles
         live.connected(2)
         faults.fail("close_leases", times=1)  # the first closure attempt fails
+        faults.lose_answer("withdraw_by_provider")  # the next withdraw applies, its answer is lost
         live.run_for(12 * 60)
         faults.fail_rate("credit_account", 0.0)
         live.run_for(5 * 60)
@@ -152,6 +153,15 @@ def test_the_capture_holds_the_scenario(capture):
     assert len(reconciles) == 2
     closed = live.model.lease(live.drain_lease)
     assert closed.state == "CLOSED" and closed.closure_reason == "credit depleted"
+
+
+def test_the_capture_holds_a_withdraw_of_unknown_outcome_found_by_its_lookup(capture):
+    paths, _ = capture
+    records = _records(paths)
+    [lost] = [r for r in records if isinstance(r.message, WithdrawPageAnswered) and r.message.error is not None]
+    assert lost.message.error.may_have_committed and lost.message.error.tx_hash
+    found = [r.message for r in records if isinstance(r.message, WithdrawTxAnswered)]
+    assert found and found[0].tx_hash == lost.message.error.tx_hash and found[0].result is not None
 
 
 def test_replay_reproduces_every_decision(capture):

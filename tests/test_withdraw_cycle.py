@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from actors.effects import Send
+from actors.chain_actor import ChainDecisions
+from actors.effects import Note, Send
 from actors.withdraw_cycle import WithdrawCycle, backoff_delay
+from actors.withdraw_lookup import LOOKUP_DELAYS
 from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
-from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
+from messages.chain_actor import (
+    RetryWithdrawPage,
+    WithdrawPageAnswered,
+    WithdrawPageCall,
+    WithdrawRequested,
+    WithdrawTxAnswered,
+    WithdrawTxCall,
+)
 from messages.coins import Coin
 from messages.ledger import LeaseSettled, SettlementsRecorded, WithdrawalRecorded
 from messages.scheduler import WithdrawFinished
 from runtime.clock import utc
-from runtime.router import LEDGER
+from runtime.router import CHAIN_IO, LEDGER
 from tests.support import settings
 
 T0 = utc(2026, 3, 1)
@@ -118,3 +127,60 @@ def test_each_pages_lease_settlements_go_to_the_ledger_after_the_page() -> None:
     assert all(e.at is None for e in out if isinstance(e, Send) and e.to == LEDGER)
     out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"")), T0)
     assert not only(out, SettlementsRecorded)  # a page that carries none sends none
+
+
+# -- a page of unknown outcome is looked up until the chain says what it applied --------------
+
+def _unknown_page(tx_hash: str = "AB12") -> tuple[ChainDecisions, list]:
+    chain = ChainDecisions(settings())
+    chain.handle(WithdrawRequested(1), T0)
+    chain.handle(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash=tx_hash)
+    return chain, chain.handle(WithdrawPageAnswered(1, 2, 1, error=err), T0)
+
+
+def test_a_page_of_unknown_outcome_is_looked_up_and_reaches_the_books_once_found() -> None:
+    chain, out = _unknown_page()
+    assert only(out, WithdrawFinished)[0].message.error is not None  # the cycle still ends with the error
+    (look,) = only(out, WithdrawTxCall)
+    assert look.to == CHAIN_IO and look.at == T0 + LOOKUP_DELAYS[0]
+    assert look.message == WithdrawTxCall(1, 2, "AB12", 1)
+    # Not known yet: the next lookup, later.
+    t1 = look.at
+    out = chain.handle(WithdrawTxAnswered(1, 2, "AB12", 1), t1)
+    (look,) = only(out, WithdrawTxCall)
+    assert look.message.attempt == 2 and look.at == t1 + LOOKUP_DELAYS[1]
+    # Found: the ledger gets the page and its settlements, as for any page.
+    settled = LeaseSettled(T0, "AB12", "lease-1", (Coin("umfx", 20),))
+    found = WithdrawPage("AB12", (Coin("umfx", 20),), 1, False, b"", settlements=(settled,))
+    out = chain.handle(WithdrawTxAnswered(1, 2, "AB12", 2, result=found), look.at)
+    (recorded,) = only(out, WithdrawalRecorded)
+    assert (recorded.to, recorded.message.page, recorded.message.tx_hash) == (LEDGER, 2, "AB12")
+    assert only(out, SettlementsRecorded)[0].message.settlements == (settled,)
+    assert any(isinstance(e, Note) and "applied after all" in e.text for e in out)
+    # A late duplicate answer changes nothing.
+    assert chain.handle(WithdrawTxAnswered(1, 2, "AB12", 2, result=found), look.at) == []
+
+
+def test_lookups_end_when_the_tx_failed_on_chain_or_after_the_last_delay() -> None:
+    chain, out = _unknown_page()
+    failed = ChainFailure("withdraw_outcome", "out of gas", "sdk", 11)
+    out = chain.handle(WithdrawTxAnswered(1, 2, "AB12", 1, error=failed), T0)
+    assert not only(out, WithdrawTxCall) and not only(out, WithdrawalRecorded)
+    assert "withdrew nothing" in out[0].text
+    chain, out = _unknown_page("CD34")
+    at = T0
+    for attempt in range(1, len(LOOKUP_DELAYS) + 1):
+        unavailable = ChainFailure("withdraw_outcome", "unavailable", transient=True) if attempt % 2 else None
+        out = chain.handle(WithdrawTxAnswered(1, 2, "CD34", attempt, error=unavailable), at)
+        calls = only(out, WithdrawTxCall)
+        if attempt < len(LOOKUP_DELAYS):
+            assert [c.message.attempt for c in calls] == [attempt + 1]
+            at = calls[0].at
+    assert not calls and "taken as never applied" in out[0].text
+    assert chain.lookups.pending == {}
+
+
+def test_no_lookup_without_a_tx_hash() -> None:
+    chain, out = _unknown_page(tx_hash="")
+    assert not only(out, WithdrawTxCall) and only(out, WithdrawFinished)

@@ -1,0 +1,92 @@
+"""Withdraw txs of unknown outcome: looked up until the chain says what they applied.
+
+A withdraw page whose tx was broadcast but whose inclusion the client never
+saw (``may_have_committed``) is not sent again (``actors.withdraw_cycle``),
+yet it may well have been applied: its leases settled, the provider paid.
+Without this the books would never learn what that page withdrew; the
+statement would show it only as a difference.
+
+So the chain actor looks the tx up (``ChainClient.withdraw_outcome``) after
+each of ``LOOKUP_DELAYS``:
+
+- applied: the ledger is told the page and its settlements, as for any page;
+- included but failed: it applied nothing; the lookups end;
+- not known to the node (yet), or the lookup itself failed transiently: the
+  next lookup; after the last, the tx is reported as never seen (an operator
+  can still check the hash);
+- any other failure: reported, the lookups end.
+
+``WithdrawLookups.handle``-style methods take ``now`` and return effects.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from actors.effects import Effect, Note, Send
+from actors.withdraw_cycle import page_to_ledger
+from messages.chain_actor import WithdrawTxAnswered, WithdrawTxCall
+from messages.coins import format_coins
+from runtime.router import CHAIN_IO
+
+__all__ = ["WithdrawLookups", "LOOKUP_DELAYS"]
+
+#: When to look a tx up, each counted from the previous lookup. The client
+#: already waited its ``tx_timeout`` for inclusion; a tx still in a mempool
+#: then is usually included within a few blocks, and one not included after
+#: some twenty minutes most likely never will be (its sequence is taken by
+#: the next withdraw).
+LOOKUP_DELAYS = (
+    timedelta(seconds=10),
+    timedelta(seconds=30),
+    timedelta(minutes=1),
+    timedelta(minutes=2),
+    timedelta(minutes=5),
+    timedelta(minutes=10),
+)
+
+
+class WithdrawLookups:
+    """The txs being looked up: hash -> (cycle, page)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, tuple[int, int]] = {}
+
+    def begin(self, cycle: int, page: int, tx_hash: str, now: datetime) -> list[Effect]:
+        if not tx_hash or tx_hash in self.pending:
+            return []
+        self.pending[tx_hash] = (cycle, page)
+        return [
+            Note(f"withdraw page {page} of cycle {cycle}: tx {tx_hash} may have been applied; "
+                 f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s"),
+            Send(CHAIN_IO, WithdrawTxCall(cycle, page, tx_hash, 1), at=now + LOOKUP_DELAYS[0]),
+        ]
+
+    def answered(self, m: WithdrawTxAnswered, now: datetime) -> list[Effect]:
+        if self.pending.get(m.tx_hash) != (m.cycle, m.page):
+            return []  # already settled by an earlier answer
+        where = f"withdraw page {m.page} of cycle {m.cycle}: tx {m.tx_hash}"
+        if m.result is not None:
+            del self.pending[m.tx_hash]
+            page = m.result
+            return [
+                Note(f"{where} was applied after all: {format_coins(page.total_amounts)} from "
+                     f"{page.withdrawal_count} lease(s), now in the books"),
+                *page_to_ledger(m.cycle, m.page, page, now),
+            ]
+        if m.error is not None and not m.error.transient:
+            del self.pending[m.tx_hash]
+            if m.error.may_have_committed:
+                return [Note(f"{where}: its outcome cannot be read ({m.error.message}); look it up by hand")]
+            return [Note(f"{where} was included and failed ({m.error.message}): it withdrew nothing")]
+        if m.attempt >= len(LOOKUP_DELAYS):
+            del self.pending[m.tx_hash]
+            waited = sum(LOOKUP_DELAYS, timedelta()).total_seconds() / 60
+            return [Note(f"{where} is still unknown to the node after {m.attempt} lookups over {waited:g} minutes: "
+                         "taken as never applied (if it was, its settlements are missing from the books)")]
+        delay = LOOKUP_DELAYS[m.attempt]
+        why = f"lookup failed ({m.error.message})" if m.error is not None else "not known to the node yet"
+        return [
+            Note(f"{where}: {why}; next lookup in {delay.total_seconds():g}s"),
+            Send(CHAIN_IO, WithdrawTxCall(m.cycle, m.page, m.tx_hash, m.attempt + 1), at=now + delay),
+        ]
