@@ -22,8 +22,9 @@ Record bodies (the first element says which):
   ``record`` flush policy, one each);
 - ``[1, {...}]``: the start of a run: version, start time, clock, the
   effective configuration (secrets left out). First record of every run;
-- ``[2, {...}]``: a file header: which run, which part, when it was opened.
-  First record of every file, so each file says where it belongs;
+- ``[2, {...}]``: a file header: which run, which part, when it was opened,
+  and (key ``start``) the run's start record again. First record of every
+  file, so each file says where it belongs and replays on its own;
 - ``[3, {...}]``: a clean end of a run (records written, time);
 - ``[5, [[index, name, version, [field, ...]], ...]]``: message types, declared
   before the first record that uses them in this file (``capture.wire``).
@@ -133,18 +134,26 @@ class RunStart:
 
 @dataclass(frozen=True, slots=True)
 class FilePart:
-    """First record of every file."""
+    """First record of every file.
+
+    ``start`` repeats the run's ``RunStart`` (configuration included), so
+    that a file whose run's first files are gone (removed to keep the
+    captures under their size budget) still replays on its own.
+    """
 
     run_id: str
     run_started_at: datetime
     part: int
     opened_at: datetime
+    start: RunStart | None = None
 
     def to_body(self) -> list[Any]:
-        return [
-            KIND_FILE_PART,
-            {"run": self.run_id, "run_started_at": self.run_started_at, "part": self.part, "opened_at": self.opened_at},
-        ]
+        body: dict[str, Any] = {
+            "run": self.run_id, "run_started_at": self.run_started_at, "part": self.part, "opened_at": self.opened_at,
+        }
+        if self.start is not None:
+            body["start"] = self.start.to_body()[1]
+        return [KIND_FILE_PART, body]
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,11 +272,13 @@ def _header_record(kind: int, d: dict[Any, Any]) -> Any:
             extra=extra,
         )
     if kind == KIND_FILE_PART:
+        start = d.get("start")
         return FilePart(
             run_id=_typed(d, "run", str),
             run_started_at=_typed(d, "run_started_at", datetime),
             part=_typed(d, "part", int),
             opened_at=_typed(d, "opened_at", datetime),
+            start=_header_record(KIND_RUN_START, _typed(d, "start", dict)) if start is not None else None,
         )
     return RunEnd(
         run_id=_typed(d, "run", str),

@@ -168,8 +168,11 @@ class _Sink:
         run_started_at: datetime,
         monotonic: Callable[[], float],
         declarations: Callable[[], bytes | None],
+        start: RunStart | None = None,
     ) -> None:
         self.settings = settings
+        #: The run's start, repeated in every file's header.
+        self.start = start
         #: The framed type table of every message type met so far (each file declares it).
         self.declarations = declarations
         self.directory = Path(settings.directory)
@@ -208,7 +211,7 @@ class _Sink:
         self.file_records = 0
         self.file_bytes = 0
         header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION) + frame(
-            _encode_header(FilePart(self.run_id, self.run_started_at, self.part, at))
+            _encode_header(FilePart(self.run_id, self.run_started_at, self.part, at, self.start))
         )
         types = self.declarations()
         if types:
@@ -432,7 +435,7 @@ class CaptureWriter:
             config=effective,
             extra=self._extra,
         )
-        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic, self._declarations)
+        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic, self._declarations, start)
         try:
             self._sink.add(frame(self._encoder.encode(start.to_body())), started, force_flush=True)
         except OSError as exc:

@@ -807,8 +807,15 @@ class Replayer:
             return timedelta(0)
         return timedelta(seconds=REAL_TIMER_LATENESS_S * max(start.clock_speed, 1.0))
 
-    def _begin(self, entry: Entry, start: RunStart | None, run_id: str) -> tuple[_Run, RunBegins]:
+    def _begin(self, entry: Entry, start: RunStart | None, run_id: str, part: FilePart | None = None) -> tuple[_Run, RunBegins]:
         notices: list[str] = []
+        begins_late: list[str] = []
+        if start is None and part is not None and part.start is not None:
+            # The run's first files are gone (removed to keep the captures
+            # under their size budget, or not given): its later files repeat
+            # its start, configuration included.
+            start = part.start
+            begins_late.append(f"run {run_id} begins at part {part.part}: its earlier files are not among those given")
         if self.config is not None:
             config = self.config
             if self.overrides:
@@ -829,7 +836,7 @@ class Replayer:
             start.version if start else "unknown",
             f"{start.clock} x{start.clock_speed:g}" if start else "unknown",
             entry.where(),
-            tuple(notices),
+            tuple(begins_late + notices),
         )
         return run, begins
 
@@ -880,7 +887,7 @@ class Replayer:
                     if rec.part > 0 and (run is None or run.run_id != rec.run_id):
                         if run is not None:
                             yield from self._end(run)
-                        run, begins = self._begin(Entry(path, offset, rec, index), None, rec.run_id)
+                        run, begins = self._begin(Entry(path, offset, rec, index), None, rec.run_id, rec)
                         yield begins
                 elif t is RunEnd:
                     if run is not None:

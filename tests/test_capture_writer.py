@@ -24,6 +24,7 @@ from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
+from replay.engine import Divergence, Replayer, RunBegins
 from sidecar.config import ConfigError, load_config
 
 
@@ -335,6 +336,14 @@ def test_the_oldest_capture_files_go_to_keep_the_total_under_its_budget(tmp_path
     # What is left still reads: the run's first parts are gone, the rest in order.
     seqs = [r.seq for r in deliveries(read_records([str(directory / f) for f in left if f != "leasewarden-keep.lwcap"]))]
     assert seqs == list(range(seqs[0], 201)) and seqs[0] > 1
+    # ... and replays: every file repeats its run's start, configuration included.
+    events = list(Replayer().replay(
+        CaptureReader([str(directory / f) for f in left if f != "leasewarden-keep.lwcap"], file_parts=True)
+    ))
+    [begins] = [e for e in events if isinstance(e, RunBegins)]
+    assert begins.notices[0].startswith(f"run {writer.run_id} begins at part ")
+    assert begins.version != "unknown"
+    assert not [e for e in events if isinstance(e, Divergence)]
 
 
 def test_a_budget_of_zero_keeps_every_file_and_a_budget_below_a_file_is_refused(tmp_path, clock):
