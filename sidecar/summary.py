@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from messages.chain_actor import WithdrawTxAnswered
 from messages.coins import Coin, add_coins, format_coins
 from messages.credit import CreditReadFailed
 from messages.scheduler import ClosuresFlushed, LeaseEventReceived, TenantChecked, WithdrawFinished
@@ -18,6 +19,8 @@ class RunSummary:
     withdraw_pages: int = 0
     withdrawn: tuple[Coin, ...] = ()
     withdraw_errors: int = 0
+    #: pages whose answer was lost, found applied by a later lookup of their tx
+    withdraw_pages_found: int = 0
     credit_checks: int = 0
     failed_reads: int = 0
     closed: set[str] = field(default_factory=set)
@@ -32,6 +35,10 @@ class RunSummary:
             self.withdraw_pages += m.pages
             self.withdrawn = add_coins(self.withdrawn, m.total_amounts)
             self.withdraw_errors += m.error is not None
+        elif isinstance(m, WithdrawTxAnswered) and m.result is not None:
+            self.withdraw_pages_found += 1
+            self.withdraw_pages += 1
+            self.withdrawn = add_coins(self.withdrawn, m.result.total_amounts)
         elif isinstance(m, TenantChecked):
             self.credit_checks += 1
         elif isinstance(m, CreditReadFailed):
@@ -46,7 +53,9 @@ class RunSummary:
     def lines(self) -> list[str]:
         return [
             f"withdraw cycles: {self.withdraw_cycles} ({self.withdraw_pages} pages, "
-            f"{self.withdraw_errors} ended early), withdrawn {format_coins(self.withdrawn)}",
+            f"{self.withdraw_errors} ended early"
+            + (f", {self.withdraw_pages_found} found applied by a later lookup" if self.withdraw_pages_found else "")
+            + f"), withdrawn {format_coins(self.withdrawn)}",
             f"credit checks: {self.credit_checks} ({self.failed_reads} failed reads)",
             f"leases closed by us: {len(self.closed)}; found already closed: {len(self.already_closed)}; "
             f"failed closes: {self.failed_closes}",

@@ -1,0 +1,29 @@
+"""The run summary counts what the run delivered, including pages found applied by a lookup."""
+
+from __future__ import annotations
+
+from messages.chain import ChainFailure, WithdrawPage
+from messages.chain_actor import WithdrawTxAnswered
+from messages.coins import Coin
+from messages.scheduler import WithdrawFinished
+from runtime.clock import utc
+from runtime.dispatch import Delivery
+from sidecar.summary import RunSummary
+
+T0 = utc(2026, 3, 1)
+
+
+def deliver(summary: RunSummary, message) -> None:
+    summary(Delivery(1, T0, "chain", "scheduler", 0, message))
+
+
+def test_a_page_found_by_a_lookup_counts_in_the_withdrawn_total() -> None:
+    s = RunSummary()
+    lost = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash="AB")
+    deliver(s, WithdrawFinished(1, 1, (Coin("umfx", 10),), 2, ("T1",), error=lost))
+    deliver(s, WithdrawTxAnswered(1, 2, "AB", 1))  # not known yet: nothing to count
+    deliver(s, WithdrawTxAnswered(1, 2, "AB", 2, result=WithdrawPage("AB", (Coin("umfx", 5),), 1, False, b"")))
+    assert s.withdrawn == (Coin("umfx", 15),) and s.withdraw_pages == 2
+    assert s.lines()[0] == (
+        "withdraw cycles: 1 (2 pages, 1 ended early, 1 found applied by a later lookup), withdrawn 15umfx"
+    )
