@@ -83,6 +83,14 @@ def test_classes_it_cannot_reproduce_keep_their_own():
     class NotFrozen:
         a: int
 
-    for cls in (WithInitVar, NoSlots, NotFrozen):
+    @dataclass(frozen=True, slots=True)
+    class OwnInit:
+        a: int
+
+        def __init__(self, a: int) -> None:  # a hand-written one may do more than set fields
+            object.__setattr__(self, "a", a * 2)
+
+    assert fast_init(OwnInit)(2).a == 4
+    for cls in (WithInitVar, NoSlots, NotFrozen, OwnInit):
         own = cls.__init__
         assert fast_init(cls).__init__ is own
