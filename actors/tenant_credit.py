@@ -26,8 +26,7 @@ from typing import Any
 from actors.depletion import BURN_RATE, CHAIN_ESTIMATE, Seconds, burn_seconds, chain_seconds, estimate_at, sooner
 from actors.effects import Effect, Note, Send
 from messages.chain import CreditEstimate, Lease
-from messages.coins import Coin
-from messages.coins import coins, coins_to_dict, format_coins
+from messages.coins import Coin, coins, coins_to_dict, format_coins
 from messages.credit import (
     CloseFailed,
     CloseRequested,

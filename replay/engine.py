@@ -49,7 +49,7 @@ import collections
 import contextlib
 import gc
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
 
