@@ -26,6 +26,7 @@ from messages.chain_actor import (
     RetryWithdrawPage,
     WithdrawPageAnswered,
     WithdrawRequested,
+    WithdrawLookupsRestored,
     WithdrawTxAnswered,
 )
 from messages.credit import CloseRequested
@@ -65,6 +66,8 @@ class ChainDecisions:
             return out
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)
+        if isinstance(message, WithdrawLookupsRestored):
+            return self.lookups.restore(message.lookups, now)
         if isinstance(message, RetryWithdrawPage):
             if self.withdraw is None or self.withdraw.cycle != message.cycle:
                 return []

@@ -16,7 +16,12 @@ each of ``LOOKUP_DELAYS``:
   can still check the hash);
 - any other failure: reported, the lookups end.
 
-``WithdrawLookups.handle``-style methods take ``now`` and return effects.
+Each lookup is kept in the ledger while it lasts (``WithdrawLookupOpened``,
+``WithdrawLookupClosed``), and a restart goes on with it (``restore``): a
+sidecar restarted because its node was unreachable, the very thing that
+leaves a tx's outcome unknown, must not forget the tx.
+
+Every method takes ``now`` and returns effects.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from actors.effects import Effect, Note, Send
 from actors.withdraw_cycle import page_to_ledger
 from messages.chain_actor import WithdrawTxAnswered, WithdrawTxCall
 from messages.coins import format_coins
-from runtime.router import CHAIN_IO
+from messages.ledger import WithdrawLookupClosed, WithdrawLookupOpened
+from runtime.router import CHAIN_IO, LEDGER
 
 __all__ = ["WithdrawLookups", "LOOKUP_DELAYS"]
 
@@ -59,31 +65,49 @@ class WithdrawLookups:
         return [
             Note(f"withdraw page {page} of cycle {cycle}: tx {tx_hash} may have been applied; "
                  f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s"),
+            Send(LEDGER, WithdrawLookupOpened(tx_hash, cycle, page, now)),
             Send(CHAIN_IO, WithdrawTxCall(cycle, page, tx_hash, 1), at=now + LOOKUP_DELAYS[0]),
         ]
+
+    def restore(self, lookups: tuple[WithdrawLookupOpened, ...], now: datetime) -> list[Effect]:
+        """Go on with the lookups a previous run left open: each starts over from the first delay."""
+        out: list[Effect] = []
+        for lookup in lookups:
+            if lookup.tx_hash in self.pending:
+                continue
+            self.pending[lookup.tx_hash] = (lookup.cycle, lookup.page)
+            out.append(Note(f"withdraw page {lookup.page} of cycle {lookup.cycle} (before a restart): tx "
+                            f"{lookup.tx_hash} still to be looked up, in {LOOKUP_DELAYS[0].total_seconds():g}s"))
+            out.append(Send(CHAIN_IO, WithdrawTxCall(lookup.cycle, lookup.page, lookup.tx_hash, 1),
+                            at=now + LOOKUP_DELAYS[0]))
+        return out
+
+    def _end(self, tx_hash: str) -> Send:
+        del self.pending[tx_hash]
+        return Send(LEDGER, WithdrawLookupClosed(tx_hash))
 
     def answered(self, m: WithdrawTxAnswered, now: datetime) -> list[Effect]:
         if self.pending.get(m.tx_hash) != (m.cycle, m.page):
             return []  # already settled by an earlier answer
         where = f"withdraw page {m.page} of cycle {m.cycle}: tx {m.tx_hash}"
         if m.result is not None:
-            del self.pending[m.tx_hash]
             page = m.result
             return [
                 Note(f"{where} was applied after all: {format_coins(page.total_amounts)} from "
                      f"{page.withdrawal_count} lease(s), now in the books"),
                 *page_to_ledger(m.cycle, m.page, page, now),
+                self._end(m.tx_hash),
             ]
         if m.error is not None and not m.error.transient:
-            del self.pending[m.tx_hash]
+            end = self._end(m.tx_hash)
             if m.error.may_have_committed:
-                return [Note(f"{where}: its outcome cannot be read ({m.error.message}); look it up by hand")]
-            return [Note(f"{where} was included and failed ({m.error.message}): it withdrew nothing")]
+                return [Note(f"{where}: its outcome cannot be read ({m.error.message}); look it up by hand"), end]
+            return [Note(f"{where} was included and failed ({m.error.message}): it withdrew nothing"), end]
         if m.attempt >= len(LOOKUP_DELAYS):
-            del self.pending[m.tx_hash]
             waited = sum(LOOKUP_DELAYS, timedelta()).total_seconds() / 60
             return [Note(f"{where} is still unknown to the node after {m.attempt} lookups over {waited:g} minutes: "
-                         "taken as never applied (if it was, its settlements are missing from the books)")]
+                         "taken as never applied (if it was, its settlements are missing from the books)"),
+                    self._end(m.tx_hash)]
         delay = LOOKUP_DELAYS[m.attempt]
         why = f"lookup failed ({m.error.message})" if m.error is not None else "not known to the node yet"
         return [

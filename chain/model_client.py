@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 from chain.faults import Faults
@@ -31,6 +32,11 @@ __all__ = ["ModelChainClient"]
 #: Withdraw pages remembered by tx hash for ``withdraw_outcome`` (a node
 #: keeps its txs for longer; the sidecar looks one up within minutes).
 KEPT_WITHDRAW_PAGES = 10_000
+
+#: Per model, the withdraw pages it applied, by tx hash: the chain remembers
+#: its txs, so a client made after a restart finds what the one before sent.
+_PAGES: "weakref.WeakKeyDictionary[BillingModel, dict[str, WithdrawPage]]" = weakref.WeakKeyDictionary()
+_PAGES_LOCK = threading.Lock()
 
 
 class ModelChainClient:
@@ -51,8 +57,9 @@ class ModelChainClient:
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
-        #: withdraw pages applied, by tx hash (the latest KEPT_WITHDRAW_PAGES)
-        self._pages: dict[str, WithdrawPage] = {}
+        #: withdraw pages the model applied, by tx hash (the latest KEPT_WITHDRAW_PAGES)
+        with _PAGES_LOCK:
+            self._pages = _PAGES.setdefault(model, {})
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
         model.subscribe(self._on_tx)
@@ -110,7 +117,7 @@ class ModelChainClient:
                 payout_address=r.payout_address,
                 settlements=settled,
             )
-            with self._lock:
+            with _PAGES_LOCK:
                 self._pages[tx_hash] = page
                 if len(self._pages) > KEPT_WITHDRAW_PAGES:
                     del self._pages[next(iter(self._pages))]
@@ -127,7 +134,7 @@ class ModelChainClient:
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
         def look_up() -> WithdrawPage | None:
-            with self._lock:
+            with _PAGES_LOCK:
                 return self._pages.get(tx_hash)
 
         return self._call("withdraw_outcome", tx_hash, look_up)

@@ -203,9 +203,24 @@ _V1 = (
     """,
 )
 
+_V2 = (
+    # Withdraw txs of unknown outcome being looked up (actors/withdraw_lookup.py),
+    # so that a restart goes on looking: what such a tx withdrew reaches the
+    # books only through its lookup.
+    """
+    CREATE TABLE withdraw_lookups (
+        tx_hash TEXT PRIMARY KEY,
+        cycle INTEGER NOT NULL,
+        page INTEGER NOT NULL,
+        opened_at_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
+    Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
 )
 
 #: The version this build writes.

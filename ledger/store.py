@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import sqlite_utils
 
-from ledger.periods import Month, iso, to_us
+from ledger.periods import Month, from_us, iso, to_us
 from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
 from messages.chain import Lease
 from messages.codec import CodecError, decode, encode
@@ -51,6 +51,8 @@ from messages.ledger import (
     TenantForgotten,
     TenantStateChanged,
     WithdrawalRecorded,
+    WithdrawLookupClosed,
+    WithdrawLookupOpened,
 )
 
 __all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES"]
@@ -97,6 +99,8 @@ FACT_TYPES = (
     ClosureRecorded,
     TenantStateChanged,
     TenantForgotten,
+    WithdrawLookupOpened,
+    WithdrawLookupClosed,
 )
 
 _UPSERT_LEASE = """
@@ -195,6 +199,8 @@ class Ledger:
             ClosureRecorded: self._closure,
             TenantStateChanged: self._tenant_state,
             TenantForgotten: self._tenant_forgotten,
+            WithdrawLookupOpened: self._lookup_opened,
+            WithdrawLookupClosed: self._lookup_closed,
         }
 
     # -- opening ------------------------------------------------------------------
@@ -479,6 +485,23 @@ class Ledger:
         self.conn.execute("DELETE FROM tenant_state WHERE tenant = ?", (fact.tenant,))
 
     # -- reading -------------------------------------------------------------------------
+    def _lookup_opened(self, fact: WithdrawLookupOpened) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO withdraw_lookups (tx_hash, cycle, page, opened_at_us) VALUES (?, ?, ?, ?)",
+            (fact.tx_hash, fact.cycle, fact.page, to_us(fact.at)),
+        )
+
+    def _lookup_closed(self, fact: WithdrawLookupClosed) -> None:
+        self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
+
+    def withdraw_lookups(self) -> list[WithdrawLookupOpened]:
+        """The withdraw txs still being looked up, oldest first, to go on at start."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT tx_hash, cycle, page, opened_at_us FROM withdraw_lookups ORDER BY opened_at_us, tx_hash"
+            ).fetchall()
+        return [WithdrawLookupOpened(tx, cycle, page, from_us(at)) for tx, cycle, page, at in rows]
+
     def tenant_snapshots(self) -> list[TenantSnapshot]:
         """Every persisted tenant state, to restore the tenant actors at start."""
         out: list[TenantSnapshot] = []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
+from messages.ledger import WithdrawLookupOpened
 
 __all__ = [
     "WithdrawRequested",
@@ -22,6 +23,7 @@ __all__ = [
     "WithdrawPageAnswered",
     "WithdrawTxCall",
     "WithdrawTxAnswered",
+    "WithdrawLookupsRestored",
     "ActiveLeasesCall",
     "CreditCall",
     "CreditReadsCall",
@@ -99,6 +101,14 @@ class WithdrawTxAnswered:
     attempt: int
     result: WithdrawPage | None = None
     error: ChainFailure | None = None
+
+
+@message("withdraw_lookups_restored")
+@dataclass(frozen=True, slots=True)
+class WithdrawLookupsRestored:
+    """At start: the withdraw txs a previous run was still looking up (from the ledger)."""
+
+    lookups: tuple[WithdrawLookupOpened, ...]
 
 
 @message("active_leases_call")

@@ -140,3 +140,25 @@ class SettlementsRecorded:
 
 
 __all__ += ["SettlementsRecorded"]
+
+
+@message("withdraw_lookup_opened")
+@dataclass(frozen=True, slots=True)
+class WithdrawLookupOpened:
+    """A withdraw tx of unknown outcome is being looked up (kept across restarts)."""
+
+    tx_hash: str
+    cycle: int
+    page: int
+    at: datetime
+
+
+@message("withdraw_lookup_closed")
+@dataclass(frozen=True, slots=True)
+class WithdrawLookupClosed:
+    """The lookup of ``tx_hash`` ended (found, failed on chain, or given up)."""
+
+    tx_hash: str
+
+
+__all__ += ["WithdrawLookupOpened", "WithdrawLookupClosed"]

@@ -32,7 +32,9 @@ from actors.shell import start_actor
 from chain.client import ChainClient
 from chain.events import lease_events_from_tx
 from chain.model import BillingModel, TxEvents
+from messages.chain_actor import WithdrawLookupsRestored
 from messages.credit import TenantSnapshot
+from messages.ledger import WithdrawLookupOpened
 from messages.scheduler import (
     LeaseEventReceived,
     Reconcile,
@@ -44,7 +46,7 @@ from messages.scheduler import (
 )
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, ManualDispatcher, sending_as
-from runtime.router import LISTENER, SCHEDULER, Router
+from runtime.router import CHAIN, LISTENER, SCHEDULER, Router
 from sidecar.config import SchedulerSettings
 
 __all__ = ["Sidecar", "ModelEventFeed"]
@@ -89,6 +91,7 @@ class Sidecar:
         reads: Executor | None = None,
         writes: Executor | None = None,
         restored: Sequence[TenantSnapshot] = (),
+        restored_lookups: Sequence[WithdrawLookupOpened] = (),
         extra: Sequence[Callable[["Sidecar"], Any]] = (),
         on_stop: Sequence[Callable[[], None]] = (),
         start_monitor: Callable[[str], Any] | None = None,
@@ -127,6 +130,8 @@ class Sidecar:
         )
         if restored:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))
+        if restored_lookups:
+            self._tell(CHAIN, WithdrawLookupsRestored(tuple(restored_lookups)))
         #: other parts (ledger writer, listener, event feed) started with this sidecar
         self.parts = [make(self) for make in extra]
 

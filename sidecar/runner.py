@@ -255,10 +255,12 @@ def build(
     ledger = _open_ledger(config)
     parts: list[Callable[[Sidecar], Any]] = [chain.events]
     restored: list[Any] = []
+    lookups: list[Any] = []
     if ledger is not None:
         from actors.ledger_writer import start_ledger_writer
 
         restored = ledger.tenant_snapshots()
+        lookups = ledger.withdraw_lookups()
         closers.append(ledger.close)
         parts.append(
             lambda s: start_ledger_writer(
@@ -281,6 +283,7 @@ def build(
         billing_tick_interval=billing_tick_interval(config),
         reads=chain.reads,
         restored=restored,
+        restored_lookups=lookups,
         extra=parts,
         on_stop=[chain.client.close],
     )

@@ -149,6 +149,7 @@ class Life:
             provider_uuid=PROVIDER,
             billing_tick_interval=LEDGER_SETTINGS.tick_interval,
             restored=self.ledger.tenant_snapshots(),
+            restored_lookups=self.ledger.withdraw_lookups(),
             extra=parts,
         )
         chain.sidecar_up = True
@@ -394,3 +395,30 @@ def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
     life.run_until(chain.clock.now() + timedelta(minutes=1))
     assert booked(lost) == (1, 2)  # the page, and what it took from each of the two leases
 
+
+
+def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path):
+    """Restarted because the node was unreachable (what leaves a tx's outcome unknown): the tx is not forgotten."""
+    chain = Chain(utc(2026, 3, 1))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    chain.lease(RICH, [item(3)])
+    withdraw_txs: list[str] = []
+    chain.model.subscribe(
+        lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
+    )
+    chain.clock.advance(3600)
+    path = tmp_path / "ledger.sqlite"
+    first = Life(chain, path)
+    first.client.faults.lose_answer("withdraw_by_provider")
+    first.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
+    [lost] = withdraw_txs
+    assert [w.tx_hash for w in first.ledger.withdraw_lookups()] == [lost]
+    first.kill()  # before the first lookup is due
+    chain.clock.advance(5)
+
+    second = Life(chain, path)
+    second.run_until(chain.clock.now() + timedelta(minutes=1))
+    with second.ledger.read() as conn:
+        rows = conn.execute("SELECT tx_hash, page FROM withdrawals WHERE tx_hash = ?", (lost,)).fetchall()
+    assert len(rows) == 1
+    assert second.ledger.withdraw_lookups() == []  # the lookup ended, and says so in the books

@@ -24,6 +24,8 @@ from messages.ledger import (
     TenantForgotten,
     TenantStateChanged,
     WithdrawalRecorded,
+    WithdrawLookupClosed,
+    WithdrawLookupOpened,
 )
 from runtime.clock import utc
 
@@ -104,6 +106,21 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_path):
     # The build without that migration now refuses the file.
     with pytest.raises(NewerSchemaError):
         Ledger.open(path, PROVIDER)
+
+
+def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_closed(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:1])  # as the build before lookups wrote it
+    lg.record(LeasesObserved(T, (lease("l1"),)))
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)
+    assert current_version(lg.conn) == SCHEMA_VERSION >= 2 and lg.lease("l1") is not None
+    opened = WithdrawLookupOpened("AB12", 4, 2, T)
+    lg.record(opened)
+    lg.record(opened)  # recorded twice (a replayed capture): one lookup
+    assert lg.withdraw_lookups() == [opened]
+    lg.record(WithdrawLookupClosed("AB12"))
+    assert lg.withdraw_lookups() == []
 
 
 def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_path):

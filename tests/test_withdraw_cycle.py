@@ -14,12 +14,19 @@ from messages.chain_actor import (
     RetryWithdrawPage,
     WithdrawPageAnswered,
     WithdrawPageCall,
+    WithdrawLookupsRestored,
     WithdrawRequested,
     WithdrawTxAnswered,
     WithdrawTxCall,
 )
 from messages.coins import Coin
-from messages.ledger import LeaseSettled, SettlementsRecorded, WithdrawalRecorded
+from messages.ledger import (
+    LeaseSettled,
+    SettlementsRecorded,
+    WithdrawalRecorded,
+    WithdrawLookupClosed,
+    WithdrawLookupOpened,
+)
 from messages.scheduler import WithdrawFinished
 from runtime.clock import utc
 from runtime.router import CHAIN_IO, LEDGER
@@ -145,6 +152,8 @@ def test_a_page_of_unknown_outcome_is_looked_up_and_reaches_the_books_once_found
     (look,) = only(out, WithdrawTxCall)
     assert look.to == CHAIN_IO and look.at == T0 + LOOKUP_DELAYS[0]
     assert look.message == WithdrawTxCall(1, 2, "AB12", 1)
+    (kept,) = only(out, WithdrawLookupOpened)  # the books keep it across a restart
+    assert kept.to == LEDGER and kept.message == WithdrawLookupOpened("AB12", 1, 2, T0)
     # Not known yet: the next lookup, later.
     t1 = look.at
     out = chain.handle(WithdrawTxAnswered(1, 2, "AB12", 1), t1)
@@ -158,6 +167,7 @@ def test_a_page_of_unknown_outcome_is_looked_up_and_reaches_the_books_once_found
     assert (recorded.to, recorded.message.page, recorded.message.tx_hash) == (LEDGER, 2, "AB12")
     assert only(out, SettlementsRecorded)[0].message.settlements == (settled,)
     assert any(isinstance(e, Note) and "applied after all" in e.text for e in out)
+    assert only(out, WithdrawLookupClosed)[0].message == WithdrawLookupClosed("AB12")
     # A late duplicate answer changes nothing.
     assert chain.handle(WithdrawTxAnswered(1, 2, "AB12", 2, result=found), look.at) == []
 
@@ -179,6 +189,15 @@ def test_lookups_end_when_the_tx_failed_on_chain_or_after_the_last_delay() -> No
             at = calls[0].at
     assert not calls and "taken as never applied" in out[0].text
     assert chain.lookups.pending == {}
+
+
+def test_lookups_left_open_by_a_previous_run_go_on_from_the_first_delay() -> None:
+    chain = ChainDecisions(settings())
+    kept = WithdrawLookupOpened("EF56", 7, 3, T0)
+    out = chain.handle(WithdrawLookupsRestored((kept, kept)), T0 + timedelta(hours=1))
+    (look,) = only(out, WithdrawTxCall)
+    assert look.message == WithdrawTxCall(7, 3, "EF56", 1) and look.at == T0 + timedelta(hours=1) + LOOKUP_DELAYS[0]
+    assert not only(out, WithdrawLookupOpened)  # already in the books
 
 
 def test_no_lookup_without_a_tx_hash() -> None:
