@@ -8,7 +8,8 @@ to it, from chain-io, the listener, the clock, the operator, other cores)
 and its *decisions* (deliveries it caused). ``Replayer`` feeds each input,
 in capture order, to a core built by ``build_core(address, config)`` (when
 its first input arrives, with the run's captured configuration), with the
-record's clock time as ``now``; no network, no chain. Then it checks each
+record's clock time as ``now`` (the capture's times are the replay's
+clock: nothing reads the wall clock); no network, no chain. Then it checks each
 effect against the capture:
 
 - ``Send(to, m)`` of input *k* must match the captured delivery to ``to``
@@ -59,7 +60,6 @@ from capture.reader import Batch, Entry
 from capture.writer import effective_config
 from replay import describe
 from replay.config import replay_config
-from runtime.clock import ManualClock
 from runtime.router import tenant_address
 from sidecar.config import Config
 
@@ -373,8 +373,6 @@ class _Run:
         self.run_id = run_id
         self.config = config
         self.timer_slack = timer_slack
-        self.clock: ManualClock | None = None
-        self.clock_at: datetime | None = None
         #: address -> whether a core replays it (the replayer's cache: it outlives runs)
         self._known = replayer._replayed_cache
         self.cores: dict[str, Any] = {}
@@ -600,12 +598,6 @@ class _Run:
             bm.extend(bytes(i - len(bm) + 4096))
         bm[i] |= 1 << (seq & 7)
         at = rec.at
-        if self.clock is None:
-            self.clock = ManualClock(at)
-            self.clock_at = at
-        elif at > self.clock_at:
-            self.clock.advance_to(at)
-            self.clock_at = at
         out = self.out
         sender = rec.sender
         opaque = type(rec) is OpaqueDelivery
