@@ -59,10 +59,12 @@ class ChainDecisions:
             w = self.withdraw
             if w is None or w.cycle != message.cycle:
                 return []
+            was_done = w.done
             out = w.answered(message, now)
-            if w.done and w.unknown_tx:
-                out += self.lookups.begin(w.cycle, w.page, w.unknown_tx, now)
-                w.unknown_tx = ""
+            error = message.error
+            if w.done and not was_done and error is not None and error.may_have_committed:
+                # The cycle ended on a page that may have been applied: find out.
+                out += self.lookups.begin(w.cycle, message.page, error.tx_hash, now)
             return out
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)

@@ -77,9 +77,6 @@ class WithdrawCycle:
         self.withdrawal_count = 0
         self.tx_hashes: list[str] = []
         self.done = False
-        #: The tx of the page the cycle ended on when that page may have been
-        #: applied all the same ("": none); the chain actor looks it up.
-        self.unknown_tx = ""
 
     def begin(self) -> list[Effect]:
         return [Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key))]
@@ -125,8 +122,7 @@ class WithdrawCycle:
                 Send(CHAIN, RetryWithdrawPage(self.cycle, self.page, self.attempt), at=now + delay),
             ]
         if error.may_have_committed:
-            why = "it may have been applied, so it is not sent again"
-            self.unknown_tx = error.tx_hash
+            why = "it may have been applied, so it is not sent again (the chain actor looks its tx up)"
         elif error.transient:
             why = f"gave up after {self.attempt} tries"
         else:

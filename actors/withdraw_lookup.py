@@ -61,26 +61,27 @@ class WithdrawLookups:
     def begin(self, cycle: int, page: int, tx_hash: str, now: datetime) -> list[Effect]:
         if not tx_hash or tx_hash in self.pending:
             return []
-        self.pending[tx_hash] = (cycle, page)
         return [
-            Note(f"withdraw page {page} of cycle {cycle}: tx {tx_hash} may have been applied; "
-                 f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s"),
             Send(LEDGER, WithdrawLookupOpened(tx_hash, cycle, page, now)),
-            Send(CHAIN_IO, WithdrawTxCall(cycle, page, tx_hash, 1), at=now + LOOKUP_DELAYS[0]),
+            *self._first(cycle, page, tx_hash, "may have been applied", now),
         ]
 
     def restore(self, lookups: tuple[WithdrawLookupOpened, ...], now: datetime) -> list[Effect]:
         """Go on with the lookups a previous run left open: each starts over from the first delay."""
         out: list[Effect] = []
         for lookup in lookups:
-            if lookup.tx_hash in self.pending:
-                continue
-            self.pending[lookup.tx_hash] = (lookup.cycle, lookup.page)
-            out.append(Note(f"withdraw page {lookup.page} of cycle {lookup.cycle} (before a restart): tx "
-                            f"{lookup.tx_hash} still to be looked up, in {LOOKUP_DELAYS[0].total_seconds():g}s"))
-            out.append(Send(CHAIN_IO, WithdrawTxCall(lookup.cycle, lookup.page, lookup.tx_hash, 1),
-                            at=now + LOOKUP_DELAYS[0]))
+            if lookup.tx_hash not in self.pending:
+                why = "still to be looked up (from before a restart)"
+                out += self._first(lookup.cycle, lookup.page, lookup.tx_hash, why, now)
         return out
+
+    def _first(self, cycle: int, page: int, tx_hash: str, why: str, now: datetime) -> list[Effect]:
+        self.pending[tx_hash] = (cycle, page)
+        return [
+            Note(f"withdraw page {page} of cycle {cycle}: tx {tx_hash} {why}; "
+                 f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s"),
+            Send(CHAIN_IO, WithdrawTxCall(cycle, page, tx_hash, 1), at=now + LOOKUP_DELAYS[0]),
+        ]
 
     def _end(self, tx_hash: str) -> Send:
         del self.pending[tx_hash]
