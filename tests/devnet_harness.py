@@ -11,7 +11,6 @@ settled by a tx are exact functions of the tx sequence.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,6 +20,7 @@ from devnet.embedded import Devnet, start_devnet
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
+from tests.support import eventually
 from sidecar.config import Config, load_config
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
@@ -103,8 +103,5 @@ def make_world(websocket: bool = False, **devnet_settings: Any) -> World:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+    if not eventually(predicate, timeout):
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")

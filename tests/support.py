@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
@@ -19,6 +20,20 @@ PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 PROVIDER_ADDRESS = "manifest1provider"
 OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
 OTHER_ADDRESS = "manifest1other"
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Whether ``predicate`` holds within ``timeout`` seconds, polled every few ms.
+
+    Only for what another thread or process does in its own time (a socket,
+    a server); decisions are tested on the manual clock, never by waiting.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
 
 
 class Probe(PooledActor):

@@ -27,6 +27,7 @@ from messages.scheduler import LeaseEventReceived, Reconcile
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, PooledActor, ThreadedDispatcher
 from runtime.router import SCHEDULER, Router
+from tests.support import eventually as wait_until
 from sidecar.config import ConfigError, load_config
 
 P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
@@ -141,15 +142,6 @@ class Inbox:
 
     def reconciles(self) -> int:
         return sum(isinstance(m, Reconcile) for m in self.messages)
-
-
-def wait_until(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class Harness:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -18,20 +17,12 @@ from devnet.websocket_server import WebsocketServer
 from messages.chain import LeaseItem, NodeStatus
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
+from tests.support import eventually as poll
 
 P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"
 T0 = utc(2026, 3, 1)
 RECV = 5.0  # seconds a test waits for a frame that must come
-
-
-def poll(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class World:
