@@ -146,7 +146,6 @@ def events_part(root: str) -> float:
     """The lease-event path, capture off vs on; returns the loss of events/s."""
     import multiprocessing
 
-    event_intake._deadline = event_intake.mono() + 600
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     node = ctx.Process(target=event_intake.node_process, args=(child,), daemon=True)
