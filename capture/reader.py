@@ -128,12 +128,14 @@ class SkipCounts:
 
 
 class _File:
-    __slots__ = ("path", "size", "part")
+    __slots__ = ("path", "size", "part", "format")
 
-    def __init__(self, path: str, size: int, part: FilePart) -> None:
+    def __init__(self, path: str, size: int, part: FilePart, format: int) -> None:
         self.path = path
         self.size = size
         self.part = part
+        #: The capture format version in the file's header.
+        self.format = format
 
     def order(self) -> tuple[datetime, str, int]:
         return (self.part.run_started_at, self.part.run_id, self.part.part)
@@ -173,8 +175,8 @@ class _Decoding:
         #: The last frame's records are all good (no ``CaptureError`` among them).
         self.clean = True
 
-    def new_file(self) -> None:
-        self.decoder.reset()
+    def new_file(self, format: int) -> None:
+        self.decoder.reset(format)
 
     def frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         """The records of one frame, in order; a record that cannot be read is its ``CaptureError``.
@@ -373,12 +375,12 @@ def _probe(path: str, decoding: _Decoding) -> _File:
         body, _ = _frame_at(first, path, 0, len(first))
     except CaptureError as exc:
         raise _shift(exc, pos) from None
-    decoding.new_file()
+    decoding.new_file(version)
     records = decoding.frame(path, pos, body)
     record = records[0] if len(records) == 1 else None
     if not isinstance(record, FilePart):
         raise CorruptRecord(path, pos, "the first record of a capture file is not its file header")
-    return _File(path, size, record)
+    return _File(path, size, record, version)
 
 
 def _shift(error: CaptureError, base: int) -> CaptureError:
@@ -478,13 +480,13 @@ class CaptureReader:
                 yield (path, FILE_HEADER.size, [f.part], -1)
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             try:
-                yield from self._frames(buf, path, size, done_before)
+                yield from self._frames(buf, path, size, done_before, f.format)
             finally:
                 buf.close()
 
-    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int) -> Iterator[Batch]:
+    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int, format: int) -> Iterator[Batch]:
         decoding = self._decoding
-        decoding.new_file()
+        decoding.new_file(format)
         records_of = decoding.frame
         # The first frame is the file header, already read by _probe.
         try:

@@ -11,18 +11,30 @@ must cost the actors at most a tenth of their throughput.
 So a capture writes a message as a plain msgpack array, packed in one pass
 by msgpack's C packer with a callback only per message object::
 
-    [<type ref>, value_1, value_2, ...]      values in the type's field order
+    [<type mark>, value_1, value_2, ...]      values in the type's field order
 
-where ``<type ref>`` is a small ext (code ``EXT_TYPE_REF``) holding an index
-into the file's type table. The table is declared in the file itself (a
-``TYPES`` record before the first use: index, message name, schema version,
-field names), so every file reads on its own, and a reader maps each
-writer's fields onto its own class by *name*: a field added since (with a
-default) is filled in, a field it does not know is an error, an unknown
-type or a newer schema version is the codec's ``UnknownMessageType`` /
-``NewerSchemaVersion``. Big ints (a Cosmos ``Int`` is 256-bit) are the
-codec's big-int ext, datetimes msgpack's timestamp, tuples arrays. This is
-about 2.5 times faster to write than the codec's form and half the size.
+where ``<type mark>`` is a 2-byte msgpack bin holding an index into the
+file's type table (capture format 3). The table is declared in the file
+itself (a ``TYPES`` record before the first use: index, message name,
+schema version, field names), so every file reads on its own, and a reader
+maps each writer's fields onto its own class by *name*: a field added since
+(with a default) is filled in, a field it does not know is an error, an
+unknown type or a newer schema version is the codec's
+``UnknownMessageType`` / ``NewerSchemaVersion``. Big ints (a Cosmos ``Int``
+is 256-bit) are the codec's big-int ext, datetimes msgpack's timestamp,
+tuples arrays. This is about 2.5 times faster to write than the codec's
+form and half the size.
+
+Why a bin and not an ext: msgpack's packer and unpacker handle a bin in C,
+while every ext costs a Python object on the way out (``ExtType``) and a
+Python call on the way in (the ext hook): a quarter of a capture's encoding
+and a fifth of its decoding went to type marks alone when they were exts
+(format 2, ``EXT_TYPE_REF``, still read). The price is one rule: in a
+format 3 body an array that begins with a bin is a message, so no other
+array may begin with one. Message fields are typed, and the encoder refuses
+a type with a field that could hold such an array (``_leading_bytes``); a
+``bytes`` field itself is never first in its message's array (the mark
+is), so it is fine.
 
 Values that repeat are written once per file (*interning*, for the types
 the encoder is told to intern; the capture writer interns ``Lease`` and
@@ -30,7 +42,8 @@ the encoder is told to intern; the capture writer interns ``Lease`` and
 that has not changed, and a provider's active-lease list (a thousand leases,
 read every cycle) is most of what a capture would otherwise write. The first
 time an encoder meets such an object it writes it as usual, with a
-*definition* mark in place of the type reference::
+6-byte *definition* mark (type index, object index) in place of the type
+mark::
 
     [<define: type index, object index>, value_1, value_2, ...]
 
@@ -63,13 +76,17 @@ import msgpack
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode_big_int, registry
 
 __all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "BAD", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
-           "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED"]
+           "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED", "BIN_MARKS_SINCE"]
 
 #: ext codes inside capture bodies; part of the capture file format.
 EXT_BIG_INT = 2  # the codec's: decimal digits of an int outside 64 bits
-EXT_TYPE_REF = 5  # index into the file's type table (2 bytes, big-endian)
+#: Format 2's type mark: an index into the file's type table (2 bytes,
+#: big-endian). Format 3 writes the same 2 bytes as a bin; both are read.
+EXT_TYPE_REF = 5
 EXT_OPAQUE = 6  # a message that could not be captured: its Python type name (UTF-8)
-EXT_DEFINE = 7  # first element of an interned object: type index (2 bytes) + object index (4 bytes), big-endian
+#: Format 2's definition mark: type index (2 bytes) + object index (4 bytes),
+#: big-endian. Format 3 writes the same 6 bytes as a bin; both are read.
+EXT_DEFINE = 7
 EXT_OBJECT_REF = 8  # an interned object written before in this file: its object index (4 bytes, big-endian)
 
 _ExtType = msgpack.ExtType
@@ -79,6 +96,15 @@ _unpackb = msgpack.unpackb
 
 #: Types one file can declare (the type reference holds two bytes).
 MAX_TYPES = 65_536
+
+#: The first capture format whose message arrays begin with a bin (the type
+#: or definition mark). In an older file an array beginning with a bin is
+#: just an array: a reader must not take it for a message.
+BIN_MARKS_SINCE = 3
+
+#: Where a field's values could be an array that begins with a bin, which a
+#: format 3 reader would take for a message: containers of these types.
+_SEQUENCES = (tuple, list, set, frozenset)
 
 #: Interned objects one file holds at most. The encoder keeps each alive
 #: until the file ends (and a reader keeps the decoded ones): past this many
@@ -143,6 +169,35 @@ def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     return env["key"]
 
 
+def _leading_bytes(cls: type) -> str | None:
+    """The first field of ``cls`` whose value could be an array beginning with a bin; None if none could.
+
+    A ``bytes`` field is fine (its message's mark comes first); a sequence
+    that may hold ``bytes``, ``Any`` or an undeclared element type is not,
+    and neither is a field whose annotation cannot be resolved here.
+    """
+    try:
+        hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
+    except Exception:  # an annotation naming what is not importable here: cannot tell
+        return "(annotations that cannot be resolved)"
+
+    def risky(tp: Any, in_sequence: bool) -> bool:
+        if tp is Any or tp is object or isinstance(tp, typing.TypeVar):
+            return True
+        if tp is bytes or tp is bytearray:
+            return in_sequence
+        origin = typing.get_origin(tp)
+        if origin is None:
+            return tp in _SEQUENCES  # a bare ``tuple``: its elements are undeclared
+        inner = in_sequence or origin in _SEQUENCES
+        return any(risky(a, inner) for a in typing.get_args(tp) if a is not Ellipsis)
+
+    for f in cls._message_fields:  # type: ignore[attr-defined]
+        if f not in hints or risky(hints[f], False):
+            return f
+    return None
+
+
 def _flat(fields: tuple[str, ...], mark: Any) -> Callable[[Any], tuple[Any, ...]]:
     """A function writing a message as ``(mark, field_1, ...)`` (no mark when ``mark`` is None).
 
@@ -175,7 +230,7 @@ def _interning(
             k = key(value)
             ref = equal(k)
         except TypeError:  # an unhashable value where a plain one was declared
-            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *values(value))
+            return (mark, *values(value))
         if ref is not None:
             return ref
         return define(value, k, mark, values)
@@ -200,6 +255,7 @@ class CaptureEncoder:
         self._refs: dict[int, Any] = {}
         self._by_value: dict[tuple[Any, ...], Any] = {}
         self._defined: list[tuple[tuple[Any, ...], Any]] = []
+        self._default = self._dispatch()
         self._packer = msgpack.Packer(default=self._default, datetime=True, use_bin_type=True, autoreset=True)
 
     def _plan(self, cls: type) -> Callable[[Any], Any] | None:
@@ -210,23 +266,41 @@ class CaptureEncoder:
         index = len(self.declared)
         if index >= MAX_TYPES:
             raise CodecError(f"more than {MAX_TYPES} message types in one capture file")
+        risky = _leading_bytes(cls)
+        if risky is not None:
+            raise CodecError(
+                f"message type {name!r} cannot be captured: its field {risky!r} could hold a list beginning "
+                "with bytes, which a reader would take for a type mark"
+            )
         fields = tuple(cls._message_fields)  # type: ignore[attr-defined]
         decl = TypeDecl(index, name, cls.MESSAGE_VERSION, fields)  # type: ignore[attr-defined]
         self.declared.append(decl)
         self._new.append(decl)
-        # ExtType's own constructor re-checks its arguments in Python; these are known good.
-        mark = _tuple_new(_ExtType, (EXT_TYPE_REF, index.to_bytes(2, "big")))
+        mark = index.to_bytes(2, "big")
         if name in self.interned:
             plan = _interning(
-                self._refs.get, self._by_value.get, _value_key(cls), self._define, index.to_bytes(2, "big"),
-                _flat(fields, None),
+                self._refs.get, self._by_value.get, _value_key(cls), self._define, mark, _flat(fields, None),
             )
         else:
             plan = _flat(fields, mark)
         self._plans[cls] = plan
         return plan
 
-    def _default(self, value: Any) -> Any:
+    def _dispatch(self) -> Callable[[Any], Any]:
+        """The packer's callback, once per message object: a closure over the plans, the common case first."""
+        plans_get = self._plans.get
+        other = self._other
+
+        def default(value: Any) -> Any:
+            plan = plans_get(type(value))
+            if plan is not None:
+                return plan(value)
+            return other(value)
+
+        return default
+
+    def _other(self, value: Any) -> Any:
+        """A value of a type met for the first time, or one msgpack cannot pack itself."""
         plan = self._plans.get(type(value))
         if plan is None:
             plan = self._plan(type(value))
@@ -246,14 +320,18 @@ class CaptureEncoder:
         """
         n = len(self._defined)
         if n >= MAX_INTERNED:
-            return (_tuple_new(_ExtType, (EXT_TYPE_REF, mark)), *values(value))
+            return (mark, *values(value))
         index = n.to_bytes(4, "big")
         self._by_value[key] = self._refs[id(value)] = _tuple_new(_ExtType, (EXT_OBJECT_REF, index))
         self._defined.append((key, value))
-        return (_tuple_new(_ExtType, (EXT_DEFINE, mark + index)), *values(value))
+        return (mark + index, *values(value))
 
     def encode(self, value: Any) -> bytes:
         """msgpack bytes for ``value``; raises ``CodecError`` for what cannot be encoded.
+
+        Lists and tuples in ``value`` itself (outside messages) must not
+        begin with ``bytes``: a reader takes such an array for a message.
+        The capture's own records begin with an int or a str.
 
         Types met for the first time are in ``take_new()`` afterwards (even
         when encoding failed half way: they stay declared).
@@ -444,9 +522,14 @@ class _Define:
 
 
 class CaptureDecoder:
-    """Flat capture bodies back to messages, with the type table of the file being read."""
+    """Flat capture bodies back to messages, with the type table of the file being read.
 
-    def __init__(self) -> None:
+    ``format`` is the capture format of the file (``reset`` takes the next
+    file's): from ``BIN_MARKS_SINCE`` on, an array beginning with a bin is
+    a message; before, only one beginning with a type-mark ext is.
+    """
+
+    def __init__(self, format: int = BIN_MARKS_SINCE) -> None:
         self._types: dict[bytes, _TypeRef] = {}
         #: Interned objects of this file by object index (4 bytes), and why
         #: the ones that could not be built failed.
@@ -455,17 +538,24 @@ class CaptureDecoder:
         #: Errors met while decoding the last body, in order; the values they
         #: concern were replaced by ``BAD``.
         self.problems: list[CodecError] = []
-        self._ext_hook, self._list_hook = self._hooks()
+        self._ext_hook, self._ext_marks, self._bin_marks = self._hooks()
+        self._list_hook = self._bin_marks if format >= BIN_MARKS_SINCE else self._ext_marks
 
-    def reset(self) -> None:
-        """A new file: its types and interned objects are declared afresh."""
+    def reset(self, format: int = BIN_MARKS_SINCE) -> None:
+        """A new file (of capture format ``format``): its types and interned objects are declared afresh."""
         self._types.clear()  # cleared, not replaced: the hooks hold their look-ups
         self._objects.clear()
         self._object_errors.clear()
+        self._list_hook = self._bin_marks if format >= BIN_MARKS_SINCE else self._ext_marks
 
-    def _hooks(self) -> tuple[Callable[[int, bytes], Any], Callable[[tuple[Any, ...]], Any]]:
-        """The unpacker's ext and array hooks: called for every message and every array,
-        so they are closures over their look-ups (no attribute look-up in the common case)."""
+    def _hooks(
+        self,
+    ) -> tuple[Callable[[int, bytes], Any], Callable[[tuple[Any, ...]], Any], Callable[[tuple[Any, ...]], Any]]:
+        """The unpacker's ext hook and its two array hooks (ext marks only; bin marks too).
+
+        They are called for every message and every array, so they are
+        closures over their look-ups (no attribute look-up in the common case).
+        """
         types_get = self._types.get
         objects_get = self._objects.get
         other_ext = self._ext
@@ -483,7 +573,7 @@ class CaptureDecoder:
                     return obj
             return other_ext(code, data)
 
-        def array(values: tuple[Any, ...]) -> Any:
+        def ext_marks(values: tuple[Any, ...]) -> Any:
             if values:
                 t = type(values[0])
                 if t is type_ref:
@@ -500,7 +590,43 @@ class CaptureDecoder:
                     return define(values[0], values)
             return values
 
-        return ext, array
+        def bin_marks(values: tuple[Any, ...]) -> Any:
+            if values:
+                head = values[0]
+                t = type(head)
+                if t is bytes:
+                    ref = types_get(head)
+                    if ref is None:
+                        return define(bin_define(head), values)
+                elif t is type_ref:
+                    ref = head
+                elif t is define_mark:
+                    return define(head, values)
+                else:
+                    return values
+                if ref.error is None:
+                    try:
+                        return ref.build(values)
+                    except CodecError as exc:
+                        self.problems.append(exc)
+                        return bad
+                self.problems.append(ref.error)
+                return bad
+            return values
+
+        bin_define = self._bin_define
+        return ext, ext_marks, bin_marks
+
+    def _bin_define(self, mark: bytes) -> _Define:
+        """A bin mark that is no declared type: an object's definition, or damaged data."""
+        if len(mark) == 6:
+            ref = self._types.get(mark[:2])
+            if ref is not None:
+                return _Define(ref, mark[2:])
+            mark = mark[:2]
+        elif len(mark) != 2:
+            raise CodecError(f"malformed type mark {mark[:40]!r}")
+        raise CodecError(f"type reference {mark.hex()} used before the file declared it")
 
     def declare(self, entries: Any) -> None:
         """Read a ``TYPES`` record's entries ``[index, name, version, [field, ...]]``."""

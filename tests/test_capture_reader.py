@@ -26,7 +26,7 @@ from capture import (
 from capture.format import FILE_HEADER, FILE_MAGIC, FORMAT_VERSION, FRAME_HEADER, OLDEST_FORMAT_VERSION, frame
 from capture.reader import read_records
 from capture.settings import CaptureSettings
-from capture.wire import EXT_TYPE_REF, CaptureEncoder
+from capture.wire import BIN_MARKS_SINCE, EXT_DEFINE, EXT_TYPE_REF, CaptureEncoder
 from messages.chain import CreditAccount, Lease, LeaseItem
 from messages.coins import Coin
 from messages.credit import CreditRead
@@ -137,10 +137,12 @@ def _write_raw(path: Path, bodies: list, version: int = FORMAT_VERSION, types: l
 
     Messages in the bodies are encoded flat; the types they use (plus
     ``types``, raw ``[index, name, version, [fields]]`` entries) are declared
-    in a types record right after the file header.
+    in a types record right after the file header. For a ``version`` before
+    bin marks, bodies are written as that version wrote them (``_with_ext_marks``).
     """
     enc = CaptureEncoder()
-    encoded = [body if isinstance(body, bytes) else enc.encode(body) for body in bodies]
+    older = _with_ext_marks if version < BIN_MARKS_SINCE else (lambda body: body)
+    encoded = [body if isinstance(body, bytes) else older(enc.encode(body)) for body in bodies]
     table = [t.to_wire() for t in enc.take_new()] + (types or [])
     out = bytearray(FILE_HEADER.pack(FILE_MAGIC, version))
     offsets = []
@@ -151,6 +153,18 @@ def _write_raw(path: Path, bodies: list, version: int = FORMAT_VERSION, types: l
         out += frame(body)
     path.write_bytes(bytes(out))
     return [offsets[0]] + offsets[len(head):]
+
+
+def _with_ext_marks(body: bytes) -> bytes:
+    """A body as capture formats 1 and 2 wrote it: type and definition marks as exts, not bins."""
+
+    def head(values: list) -> list:
+        if values and type(values[0]) is bytes:
+            values[0] = msgpack.ExtType(EXT_TYPE_REF if len(values[0]) == 2 else EXT_DEFINE, values[0])
+        return values
+
+    value = msgpack.unpackb(body, list_hook=head, timestamp=3, strict_map_key=False)
+    return msgpack.packb(value, datetime=True, use_bin_type=True)
 
 
 def _ref(index: int) -> msgpack.ExtType:
@@ -332,6 +346,21 @@ def test_older_formats_refused_and_version_1_files_still_read(tmp_path):
     v1 = tmp_path / "v1.lwcap"
     _write_raw(v1, [[0, [[1, utc(2026, 3, 1), "chain-io", "tenant/x", 0, Coin("umfx", 1)]]]], version=1)
     assert [r.message for r in read_records([v1])] == [Coin("umfx", 1)]
+
+
+def test_version_2_files_with_ext_marks_and_interned_leases_still_read(tmp_path):
+    lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
+    enc = CaptureEncoder(("lease",))
+    at = utc(2026, 3, 1)
+    bodies = [_with_ext_marks(enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]]))
+              for seq in (1, 2)]
+    read = msgpack.unpackb(bodies[0], timestamp=3)[1][0][5]  # [mark, cycle, [lease]]
+    assert (read[0].code, read[2][0][0].code) == (EXT_TYPE_REF, EXT_DEFINE)  # written as format 2 wrote it
+    v2 = tmp_path / "v2.lwcap"
+    _write_raw(v2, bodies, version=2, types=[t.to_wire() for t in enc.take_new()])
+    first, second = (r.message for r in read_records([v2]))
+    assert first == ActiveLeasesRead(1, (lease,)) and second == ActiveLeasesRead(2, (lease,))
+    assert second.leases[0] is first.leases[0]  # the back-reference resolved to the defined object
 
 
 def test_a_lost_definition_costs_the_records_that_refer_to_it_with_file_and_offset(tmp_path):
