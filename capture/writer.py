@@ -504,7 +504,7 @@ class CaptureWriter:
             return
         enc = self._encoder
         sink = self._sink
-        rows: list[tuple[Any, ...]] = [(d.seq, d.at, d.sender, d.recipient, d.cause, d.message) for d in batch]
+        rows: list[tuple[Any, ...]] = batch  # a Delivery is its own row: (seq, at, sender, recipient, cause, message)
         try:
             body = enc.encode((KIND_DELIVERIES, rows))
         except CodecError:
@@ -535,7 +535,7 @@ class CaptureWriter:
     def _capturable(self, d: Delivery) -> tuple[Any, ...] | None:
         """The row for ``d``; an unregistered message becomes its type name (an opaque delivery)."""
         enc = self._encoder
-        row = (d.seq, d.at, d.sender, d.recipient, d.cause, d.message)
+        row: tuple[Any, ...] = d
         try:
             enc.check(row)
             return row

@@ -31,7 +31,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, NamedTuple, Protocol
 
 import pykka
 from pykka import messages as pykka_messages
@@ -92,20 +92,25 @@ def delivery_time() -> datetime | None:
     return _context.now
 
 
-class Delivery:
-    """One message as it is handed to its actor: what a capture records."""
+class Delivery(NamedTuple):
+    """One message as it is handed to its actor: what a capture records.
 
-    __slots__ = ("seq", "at", "sender", "recipient", "cause", "message")
+    A tuple, so that the dispatcher makes one in C (``_new_delivery``) on
+    every delivery a tap sees, and a capture packs it as it is, in the
+    order of its fields: the capture's delivery row.
+    """
 
-    def __init__(
-        self, seq: int, at: datetime, sender: str, recipient: str, cause: int, message: Any
-    ) -> None:
-        self.seq = seq
-        self.at = at
-        self.sender = sender
-        self.recipient = recipient
-        self.cause = cause
-        self.message = message
+    seq: int
+    at: datetime
+    sender: str
+    recipient: str
+    cause: int
+    message: Any
+
+
+#: Builds a ``Delivery`` from its six values without the Python-level
+#: ``__new__`` a named tuple has: once per tapped delivery.
+_new_delivery = tuple.__new__
 
 
 class DeliveryTap(Protocol):
@@ -203,7 +208,7 @@ class Dispatcher:
         now = self.clock_now()
         tap = self.tap
         if tap is not None and not isinstance(message, pykka_messages._ActorStop):
-            tap(Delivery(seq, now, sender, actor.address, cause, message))
+            tap(_new_delivery(Delivery, (seq, now, sender, actor.address, cause, message)))
         prev = (_context.sender, _context.cause, _context.now)
         _context.sender, _context.cause, _context.now = actor.address, seq, now
         try:
