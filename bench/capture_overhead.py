@@ -24,11 +24,21 @@ Two measures, both as medians over the trials:
   the throughput the process would have on a CPU of its own, and it moves
   far less with the machine's load.
 
-Then the same comparison on the lease-event path (``--events-only`` runs
-just this part): lease events from the devnet websocket (a child process,
-as in ``bench/event_intake.py``) through the production ``ListenerActor``
-to an actor, as fast as the node emits them, ``EVENT_FLOODS`` floods each
-way, alternating, capture off and on. There a delivery is one lease event.
+Three parts (``--part model|events|node`` runs one of them):
+
+- ``model``: as above, the chain model in this process. A chain read costs
+  it a few microseconds, so the capture's cost per delivery weighs the most
+  here: the worst case, not the production one;
+- ``events``: lease events from the devnet websocket (a child process, as
+  in ``bench/event_intake.py``) through the production ``ListenerActor`` to
+  an actor, as fast as the node emits them, ``EVENT_FLOODS`` floods each
+  way, alternating, capture off and on. There a delivery is one lease event;
+- ``node``: the sidecar as ``run.py`` runs it against a node (``[chain]
+  mode = "node"``: the cosmpy client over gRPC, the websocket listener),
+  with a devnet of ``NODE_TENANTS`` tenants in a process of its own
+  (``bench/devnet_process.py``), as a node would be; check cycles
+  (``Reconcile``: the active leases, then every tenant's credit) back to
+  back for ``TRIAL_S`` seconds per trial.
 
 Target (issue 5): capture on costs at most 10% of the events/s.
 """
@@ -40,6 +50,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import argparse  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -50,13 +61,14 @@ from typing import Any  # noqa: E402
 
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
-from runtime.clock import ManualClock, utc  # noqa: E402
+from runtime.clock import ManualClock, RealClock, utc  # noqa: E402
 from sidecar.config import load_config  # noqa: E402
 from runtime.memory import tune_gc  # noqa: E402
 from sidecar.runner import build  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import event_intake  # noqa: E402  (the devnet websocket process and the counting actor)
+from devnet_process import devnet_process  # noqa: E402
 
 from actors.listener import ListenerActor  # noqa: E402
 from actors.listener_settings import ListenerSettings  # noqa: E402
@@ -72,15 +84,40 @@ TARGET_LOSS = 0.10
 #: Lease events per flood, and floods each way, on the event path.
 EVENT_FLOOD = 20_000
 EVENT_FLOODS = 5
+#: Tenants (two leases each) of the devnet in the node part.
+NODE_TENANTS = 200
+PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 
 
-def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
-    """Events/s and events per CPU second of one trial; with ``capture_dir`` the capture is on."""
+Trial = Any  # (events/s, events per CPU second, the capture writer or None)
+
+
+def _cycles(running: Any, cycle: Any, capture_dir: str | None) -> tuple[float, float, Any]:
+    """Run ``cycle()`` back to back for ``TRIAL_S`` s on a built sidecar; its events/s and events per CPU s."""
+    dispatcher = running.dispatcher
+    try:
+        cycle()  # warm up: the tenant monitors start
+        before = dispatcher.delivered
+        started, cpu_started = time.perf_counter(), time.process_time()
+        while time.perf_counter() - started < TRIAL_S:
+            cycle()
+        if running.capture is not None:
+            running.capture.flush()  # what the cycles tapped is written, and its CPU counted
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        events = dispatcher.delivered - before
+    finally:
+        running.close()
+    return events / elapsed, events / cpu, running.capture
+
+
+def _capture(capture_dir: str | None) -> dict[str, Any]:
+    return {"enabled": capture_dir is not None, "directory": capture_dir or "unused"}
+
+
+def model_trial(capture_dir: str | None) -> Trial:
+    """One trial of full cycles on the in-process chain model; with ``capture_dir`` the capture is on."""
     clock = ManualClock(utc(2026, 3, 1))
-    config = load_config(overrides={
-        "ledger": {"path": ""},
-        "capture": {"enabled": capture_dir is not None, "directory": capture_dir or "unused"},
-    })
+    config = load_config(overrides={"ledger": {"path": ""}, "capture": _capture(capture_dir)})
     running = build(config, clock, demo=False)
     model = running.model
     assert model is not None
@@ -89,28 +126,44 @@ def trial(capture_dir: str | None) -> tuple[float, float, int, Any]:
         model.fund_credit(tenant, [Coin("umfx", 10**12 + i)])
         for price in (1 + i % 7, 3):
             model.create_lease(tenant, config.provider.uuid, [LeaseItem("sku-1", 1, Coin("umfx", price))])
-    sidecar, dispatcher = running.sidecar, running.dispatcher
+    sidecar = running.sidecar
+
+    def cycle() -> None:
+        if not sidecar.withdraw_once(timeout=60):
+            raise RuntimeError("a cycle did not finish")
+
+    return _cycles(running, cycle, capture_dir)
+
+
+def node_trial(node: dict[str, str], capture_dir: str | None) -> Trial:
+    """One trial of check cycles against the devnet process over gRPC; with ``capture_dir`` the capture is on."""
+    clock = RealClock()
+    config = load_config(node["config"], overrides={
+        "chain": {"mode": "node"},
+        "node": {"grpc_url": node["gRPC"], "websocket_url": node["websocket"], "key_file": node["provider key file"]},
+        "ledger": {"path": ""},
+        "capture": _capture(capture_dir),
+    })
     try:
-        sidecar.withdraw_once()  # warm up: the tenant monitors start
-        before = dispatcher.delivered
-        started, cpu_started = time.perf_counter(), time.process_time()
-        while time.perf_counter() - started < TRIAL_S:
-            if not sidecar.withdraw_once(timeout=60):
-                raise RuntimeError("a cycle did not finish")
-        if running.capture is not None:
-            running.capture.flush()  # what the cycles tapped is written, and its CPU counted
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-        events = dispatcher.delivered - before
+        running = build(config, clock, demo=False)
+        sidecar = running.sidecar
+
+        def cycle() -> None:
+            before = sidecar.scheduler_core.cycles_started
+            sidecar.reconcile("bench")
+            if not sidecar.wait_cycles_after(before, timeout=120):
+                raise RuntimeError("a check cycle did not finish")
+
+        return _cycles(running, cycle, capture_dir)
     finally:
-        running.close()
-    return events / elapsed, events / cpu, events, running.capture
+        clock.close()
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def event_flood(url: str, emit: Any, capture_dir: str | None) -> tuple[float, float, Any]:
+def event_flood(url: str, emit: Any, capture_dir: str | None) -> Trial:
     """Lease events/s and lease events per CPU second through the listener; with ``capture_dir``, captured."""
     writer = None
     if capture_dir is not None:
@@ -142,6 +195,44 @@ def event_flood(url: str, emit: Any, capture_dir: str | None) -> tuple[float, fl
     return delivered / elapsed, delivered / cpu, writer
 
 
+def alternate(title: str, unit: str, n: int, run: Any, root: str) -> float:
+    """``n`` trials each way, capture off then on, alternating; print both medians; return the loss of events/s."""
+    off: list[float] = []
+    on: list[float] = []
+    off_cpu: list[float] = []
+    on_cpu: list[float] = []
+    writer = None
+    for i in range(n):
+        rate, per_cpu, _ = run(None)
+        off.append(rate)
+        off_cpu.append(per_cpu)
+        rate, per_cpu, writer = run(os.path.join(root, f"{title[:8]}-{i}"))
+        on.append(rate)
+        on_cpu.append(per_cpu)
+        print(f"  {i + 1}: off {off[-1]:,.0f} {unit}/s ({off_cpu[-1]:,.0f}/CPU s), "
+              f"on {on[-1]:,.0f} {unit}/s ({on_cpu[-1]:,.0f}/CPU s)", flush=True)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
+    loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
+    print(f"{title}: {n} trials each way (medians)")
+    print(f"  capture off: {m_off:,.0f} {unit}/s   {c_off:,.0f} {unit}/CPU s")
+    print(f"  capture on:  {m_on:,.0f} {unit}/s   {c_on:,.0f} {unit}/CPU s")
+    print(f"  ratio on/off: {m_on / m_off:.3f} of {unit}/s, {c_on / c_off:.3f} per CPU second")
+    if writer is not None:
+        print(f"  last capture: {writer.records:,} records ({writer.bytes_written / 1e6:.1f} MB, "
+              f"{writer.bytes_written / max(writer.records, 1):.0f} B/record), longest queue {writer.max_queue:,}, "
+              f"dropped {writer.dropped}")
+    verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
+    print(f"  capture costs {loss:.1%} of the {unit}/s ({cpu_loss:.1%} per CPU second): "
+          f"{verdict} the target of at most {TARGET_LOSS:.0%}", flush=True)
+    return loss
+
+
+def model_part(root: str) -> float:
+    return alternate(f"full cycles on the chain model in this process, {TENANTS} tenants, {TRIAL_S:g} s trials",
+                     "events", TRIALS, model_trial, root)
+
+
 def events_part(root: str) -> float:
     """The lease-event path, capture off vs on; returns the loss of events/s."""
     import multiprocessing
@@ -157,80 +248,36 @@ def events_part(root: str) -> float:
         return parent.recv()
 
     try:
-        off: list[float] = []
-        on: list[float] = []
-        off_cpu: list[float] = []
-        on_cpu: list[float] = []
-        writer = None
-        for i in range(EVENT_FLOODS):
-            rate, per_cpu, _ = event_flood(url, emit, None)
-            off.append(rate)
-            off_cpu.append(per_cpu)
-            rate, per_cpu, writer = event_flood(url, emit, os.path.join(root, f"e{i}"))
-            on.append(rate)
-            on_cpu.append(per_cpu)
-            print(f"flood {i + 1}: off {off[-1]:,.0f} lease events/s ({off_cpu[-1]:,.0f}/CPU s), "
-                  f"on {on[-1]:,.0f} lease events/s ({on_cpu[-1]:,.0f}/CPU s)")
+        return alternate(f"lease events through the websocket listener, floods of {EVENT_FLOOD:,}",
+                         "lease events", EVENT_FLOODS, lambda d: event_flood(url, emit, d), root)
     finally:
         parent.send(("stop",))
         parent.recv()
         node.join(10)
-    m_off, m_on = statistics.median(off), statistics.median(on)
-    c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
-    loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
-    print(f"lease events through the websocket listener, {EVENT_FLOODS} floods of {EVENT_FLOOD:,} each way (medians)")
-    print(f"capture off: {m_off:,.0f} lease events/s   {c_off:,.0f}/CPU s")
-    print(f"capture on:  {m_on:,.0f} lease events/s   {c_on:,.0f}/CPU s")
-    if writer is not None:
-        print(f"last capture: {writer.records:,} records ({writer.bytes_written / 1e6:.1f} MB), dropped {writer.dropped}")
-    verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
-    print(f"capture costs {loss:.1%} of the lease events/s ({cpu_loss:.1%} per CPU second): "
-          f"{verdict} the target of at most {TARGET_LOSS:.0%}")
-    return loss
+
+
+def node_part(root: str) -> float:
+    with devnet_process(PROVIDER, NODE_TENANTS, leases_per_tenant=2) as node:
+        return alternate(f"check cycles over gRPC to a devnet process, {NODE_TENANTS} tenants, {TRIAL_S:g} s trials",
+                         "events", TRIALS, lambda d: node_trial(node, d), root)
+
+
+PARTS = {"model": model_part, "events": events_part, "node": node_part}
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=sorted(PARTS), action="append",
+                        help="run only this part (repeatable; default: all three)")
+    args = parser.parse_args()
     tune_gc()  # as run.py does before it starts the sidecar
-    if "--events-only" in sys.argv[1:]:
-        root = tempfile.mkdtemp(prefix="lw-capture-bench-")
-        try:
-            events_part(root)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        return 0
     root = tempfile.mkdtemp(prefix="lw-capture-bench-")
     try:
-        off: list[float] = []
-        on: list[float] = []
-        off_cpu: list[float] = []
-        on_cpu: list[float] = []
-        written = []
-        for i in range(TRIALS):
-            rate, per_cpu, _, _ = trial(None)
-            off.append(rate)
-            off_cpu.append(per_cpu)
-            rate, per_cpu, events, writer = trial(os.path.join(root, f"t{i}"))
-            on.append(rate)
-            on_cpu.append(per_cpu)
-            assert writer is not None
-            written.append((events, writer.records, writer.bytes_written, writer.max_queue, writer.dropped))
-            print(f"trial {i + 1}: off {off[-1]:,.0f} events/s ({off_cpu[-1]:,.0f}/CPU s), "
-                  f"on {on[-1]:,.0f} events/s ({on_cpu[-1]:,.0f}/CPU s)")
-        m_off, m_on = statistics.median(off), statistics.median(on)
-        c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
-        loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
-        events, records, nbytes, max_queue, dropped = written[-1]
-        print(f"{TENANTS} tenants, {TRIALS} trials of {TRIAL_S:g} s each way (medians)")
-        print(f"capture off: {m_off:,.0f} events/s   {c_off:,.0f} events/CPU s")
-        print(f"capture on:  {m_on:,.0f} events/s   {c_on:,.0f} events/CPU s")
-        print(f"ratio on/off: {m_on / m_off:.3f} of events/s, {c_on / c_off:.3f} of events/CPU s")
-        print(f"last capture: {records:,} records ({nbytes / 1e6:.1f} MB, {nbytes / max(records, 1):.0f} B/record), "
-              f"longest queue {max_queue:,}, dropped {dropped}")
-        verdict = "meets" if loss <= TARGET_LOSS else "MISSES"
-        print(f"capture costs {loss:.1%} of the events/s ({cpu_loss:.1%} of the events per CPU second): "
-              f"{verdict} the target of at most {TARGET_LOSS:.0%}")
-        print()
-        events_part(root)
+        losses = {}
+        for name in args.part or PARTS:
+            losses[name] = PARTS[name](root)
+            print()
+        print("capture cost of the events/s: " + ", ".join(f"{name} {loss:.1%}" for name, loss in losses.items()))
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)

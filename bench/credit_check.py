@@ -119,48 +119,24 @@ def report(title: str, args: argparse.Namespace, seed_times: list[float], ours: 
 
 def via_grpc(args: argparse.Namespace) -> int:
     """The same comparison against a devnet running in its own process."""
-    import os
-    import subprocess
-    import tempfile
+    from devnet_process import devnet_process
 
     from chain.cosmpy_client import CosmpyChainClient
     from chain.keys import load_provider_key
     from runtime.clock import RealClock
 
-    with tempfile.TemporaryDirectory() as tmp:
-        conf = os.path.join(tmp, "devnet.toml")
-        with open(conf, "w") as fh:
-            fh.write(
-                f'[provider]\nuuid = "{PROVIDER}"\n[devnet]\nlatency = "{args.latency_ms:g}ms"\n'
-                f"[demo]\nspeed = 1.0\nhealthy_tenants = {args.tenants}\ndraining_tenants = 0\n"
-                "failing_tenants = 0\nleases_per_tenant = 1\nother_provider_interval = \"0s\"\n"
-            )
-        devnet = subprocess.Popen(
-            [sys.executable, str(ROOT / "run.py"), "--config", conf, "devnet"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    with devnet_process(PROVIDER, args.tenants, latency_ms=args.latency_ms) as info:
+        config = load_config(info["config"], {"scheduler": {"max_queries_in_flight": args.in_flight}})
+        client = CosmpyChainClient.from_settings(
+            config.node, config.chain.chain_id, key=load_provider_key(info["provider key file"]),
+            grpc_url=info["gRPC"],
         )
+        clock = RealClock()
         try:
-            info: dict[str, str] = {}
-            for line in devnet.stdout:  # type: ignore[union-attr]
-                for key in ("gRPC", "provider key file"):
-                    if line.strip().startswith(key + ":"):
-                        info[key] = line.split(":", 1)[1].strip().split()[0]
-                if line.startswith("Ctrl-C"):
-                    break
-            config = load_config(conf, {"scheduler": {"max_queries_in_flight": args.in_flight}})
-            client = CosmpyChainClient.from_settings(
-                config.node, config.chain.chain_id, key=load_provider_key(info["provider key file"]),
-                grpc_url=info["gRPC"],
-            )
-            clock = RealClock()
-            try:
-                seed_times, ours = measure(client, config.scheduler, clock, args.rounds)
-            finally:
-                client.close()
-                clock.close()
+            seed_times, ours = measure(client, config.scheduler, clock, args.rounds)
         finally:
-            devnet.terminate()
-            devnet.wait(10)
+            client.close()
+            clock.close()
     report(
         f"credit check of {args.tenants} tenants over gRPC to a devnet in another process, "
         f"{args.latency_ms:g} ms injected per call",
