@@ -153,6 +153,12 @@ def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     is generated from the field names and types, like the dataclass's own
     methods; a type whose annotations cannot be resolved is keyed by its
     fields' identities alone.
+
+    A datetime is in the key as its pickled state (its fields' bytes and its
+    ``tzinfo``), not itself: hashing an aware datetime computes its UTC
+    offset and builds two datetimes, which cost most of a lease's interning
+    when every lease read from a node is a new object. The state is exact,
+    so two keys meet only for the same fields in the same zone.
     """
     try:
         hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
@@ -163,7 +169,10 @@ def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
         tp = hints.get(f)
         args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
         plain = tp is not None and all(a in _PLAIN for a in args)
-        parts.append(f"v.{f}" if plain else f"_id(v.{f})")
+        if plain and datetime in args:
+            parts.append(f"(None if (x := v.{f}) is None else x.__reduce__()[1])")
+        else:
+            parts.append(f"v.{f}" if plain else f"_id(v.{f})")
     env: dict[str, Any] = {"_id": id, "_cls": cls}  # the class first: two types' keys never meet
     exec(f"def key(v):\n    return (_cls, {', '.join(parts)})", env)  # noqa: S102 - field names of a dataclass
     return env["key"]

@@ -10,7 +10,7 @@ import dataclasses
 import random
 import types
 import typing
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import msgpack
 import pytest
@@ -274,6 +274,14 @@ def test_an_equal_object_rebuilt_with_the_same_parts_is_referred_to():
     assert other_items.items is items
     copied = Lease("lease-1", "manifest1tenant", "prov", tuple(list(items)), created_at=utc(2026, 3, 1))
     assert copied.items is not items and len(enc.encode(copied)) == len(whole)
+    # The same instant in another zone is another value to the key (its fields differ): written whole
+    # (a msgpack timestamp keeps the instant, not the zone).
+    paris = timezone(timedelta(hours=1))
+    elsewhere = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1).astimezone(paris))
+    body = enc.encode(elsewhere)
+    assert elsewhere == first and len(body) > len(whole) / 2
+    got = dec.decode(body)
+    assert dec.problems == [] and got == elsewhere and got.created_at == elsewhere.created_at
 
 
 # -- format 3: type marks are bins -------------------------------------------------------------
