@@ -405,6 +405,11 @@ class CaptureWriter:
         #: flush() or close() wants the queue handled now.
         self._urgent = False
         self._room = threading.Condition()
+        #: Flush marks and closes ever queued (``_put_control``); the writer
+        #: counts those it took, and while the two agree it knows the queue
+        #: holds only deliveries.
+        self._controls_put = 0
+        self._controls_lock = threading.Lock()
         self._waiting_for_room = 0
         self._thread: threading.Thread | None = None
         self._open = False
@@ -571,6 +576,7 @@ class CaptureWriter:
         wake_at = self._wake_at
         batch_size = 1 if self.settings.flush == "record" else BATCH_RECORDS
         gathering_since: float | None = None
+        controls_taken = 0  # flush marks and the close taken from the queue (see _controls_put)
         while True:
             n = len(q)
             if n and (
@@ -582,6 +588,17 @@ class CaptureWriter:
                 gathering_since = None
                 if n > self.max_queue:
                     self.max_queue = n
+                if self._controls_put == controls_taken:
+                    # No flush or close was queued before n was read: the first
+                    # n items are deliveries, taken a batch at a time.
+                    while n:
+                        k = n if n < batch_size else batch_size
+                        self._write([popleft() for _ in range(k)])
+                        n -= k
+                        if self._waiting_for_room and len(q) < self._limit // 2:
+                            with self._room:
+                                self._room.notify_all()
+                    continue
                 batch: list[Delivery] = []
                 for _ in range(n):
                     item = popleft()
@@ -592,6 +609,7 @@ class CaptureWriter:
                         self._write(batch)
                         batch = []
                     else:
+                        controls_taken += 1
                         if batch:
                             self._write(batch)
                             batch = []
@@ -649,13 +667,20 @@ class CaptureWriter:
             sink.abandon()
 
     # -- control -----------------------------------------------------------------------
+    def _put_control(self, item: Any) -> None:
+        """Queue a flush mark or the close, counted first: the writer takes deliveries
+        in bulk only while it has seen as many counted as it has taken."""
+        with self._controls_lock:
+            self._controls_put += 1
+            self._queue.append(item)
+
     def flush(self, timeout: float = 30.0) -> None:
         """Return once every delivery tapped so far is written to the OS."""
         if not self._open:
             raise RuntimeError("capture writer is not open")
         if self._thread is not None and not self._closed:
             mark = _FlushMark()
-            self._queue.append(mark)
+            self._put_control(mark)
             self._urgent = True
             self._wake.set()
             if not mark.done.wait(timeout):
@@ -671,7 +696,7 @@ class CaptureWriter:
         if not self._open or self._closed:
             return
         if self._thread is not None:
-            self._queue.append(_CLOSE)
+            self._put_control(_CLOSE)
             self._urgent = True
             self._wake.set()
             self._thread.join(CLOSE_TIMEOUT_S)

@@ -193,6 +193,40 @@ def test_a_full_queue_makes_delivery_wait_instead_of_losing_records(tmp_path, cl
     assert [r.seq for r in deliveries(read_records(writer.paths))] == list(range(1, 2001))
 
 
+def test_flush_amid_taps_from_several_threads_writes_all_tapped_before_it(tmp_path, clock):
+    """The writer takes deliveries in bulk while no flush is queued: a flush queued among them still waits for all before it."""
+    writer = CaptureWriter(settings(tmp_path, flush="interval", flush_interval=timedelta(hours=1)),
+                           clock_now=clock.now).open()
+    tapped = [0, 0, 0]
+    shortfalls = []
+
+    def tap(n: int) -> None:
+        for i in range(1500):
+            writer(delivery(1 + n * 1500 + i, clock))
+            tapped[n] += 1
+
+    def flusher() -> None:
+        for _ in range(15):
+            before = sum(tapped)  # every one of these was tapped before flush() began
+            writer.flush()
+            on_disk = sum(_disk_records(p) for p in writer.paths)
+            if on_disk < before:
+                shortfalls.append((before, on_disk))
+
+    threads = [threading.Thread(target=tap, args=(n,)) for n in range(3)] + [threading.Thread(target=flusher)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    writer.close()
+    assert shortfalls == []
+    seqs = [r.seq for r in deliveries(read_records(writer.paths))]
+    assert sorted(seqs) == list(range(1, 4501))
+    for n in range(3):  # each thread's deliveries in the order it tapped them
+        mine = [q for q in seqs if n * 1500 < q <= (n + 1) * 1500]
+        assert mine == sorted(mine)
+
+
 def test_a_message_that_cannot_be_encoded_is_captured_as_opaque(tmp_path, clock):
     writer = CaptureWriter(settings(tmp_path, background=False), clock_now=clock.now).open()
     writer(Delivery(1, clock.now(), "external", "scheduler", 0, object()))
