@@ -37,28 +37,31 @@ a type with a field that could hold such an array (``_leading_bytes``); a
 is), so it is fine.
 
 Values that repeat are written once per file (*interning*, for the types
-the encoder is told to intern; the capture writer interns ``Lease`` and
-``LeaseItem``). The chain returns the very same ``Lease`` object for a lease
-that has not changed, and a provider's active-lease list (a thousand leases,
-read every cycle) is most of what a capture would otherwise write. The first
-time an encoder meets such an object it writes it as usual, with a
-6-byte *definition* mark (type index, object index) in place of the type
-mark::
+the encoder is told to intern and by which field an object is named; the
+capture writer interns a ``Lease`` by its ``uuid``). A provider's
+active-lease list (a thousand leases, read every cycle) is most of what a
+capture would otherwise write, and between two withdrawals it does not
+change. The first time an encoder meets a lease in a file it writes it as
+usual, with a 6-byte *definition* mark (type index, object index) in place
+of the type mark::
 
     [<define: type index, object index>, value_1, value_2, ...]
 
-and every later time, a *back-reference*: a small ext (``EXT_OBJECT_REF``)
-holding the object index. Objects are recognised by identity first (one
-dictionary look-up, no hashing; the encoder keeps them alive for the file,
-so an identity is never reused), then by value: a chain that settles a lease
-rebuilds its ``Lease`` with the same content, and a value already written is
-not written again. (Values equal by ``==`` are one object to a reader: a
-field that held ``1.0`` where an equal object held ``1`` reads back as the
-first one's; message fields are typed, so this does not arise.) The table belongs to a
-file: the writer starts a new table with every file (``new_file()``), so
-each file still reads on its own, and a reader resolves a back-reference to
-the very object it built for the definition (so a decoded active-lease list
-shares its ``Lease`` objects across cycles, as the live one did).
+and later, while the lease it meets equals (``==``) the one it last wrote
+under that uuid, a *back-reference*: a small ext (``EXT_OBJECT_REF``)
+holding the object index. A lease that changed (a settlement moves its
+``last_settled_at``) is written anew, and becomes the one later reads are
+compared with. Leases are compared by value, not identity: a node's client
+builds new objects on every read, so an identity would never meet again,
+and the encoder keeps only the last version of each lease, so its memory is
+bounded by the leases that exist, not by how often they changed. (Values
+equal by ``==`` are one object to a reader: a field that held ``1.0`` where
+an equal object held ``1`` reads back as the first one's; message fields
+are typed, so this does not arise.) The table belongs to a file: the writer
+starts a new table with every file (``new_file()``), so each file still
+reads on its own, and a reader resolves a back-reference to the very object
+it built for the definition (so a decoded active-lease list shares its
+``Lease`` objects across cycles while they did not change).
 
 Neither class is thread-safe: one per thread.
 """
@@ -66,10 +69,11 @@ Neither class is thread-safe: one per thread.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Mapping
 
 import msgpack
 
@@ -137,45 +141,18 @@ def opaque(type_name: str) -> msgpack.ExtType:
     return _tuple_new(_ExtType, (EXT_OPAQUE, type_name.encode("utf-8")))
 
 
-#: Field types an interning key holds by value (hashable, immutable).
-_PLAIN = frozenset({str, int, bool, float, bytes, type(None), datetime})
+def _same(cls: type, name: str) -> Callable[[Any, Any], bool]:
+    """A function telling whether two ``cls`` objects named alike (field ``name``) are equal.
 
-
-def _value_key(cls: type) -> Callable[[Any], tuple[Any, ...]]:
-    """A function giving an interned object's key: what makes two of them equal.
-
-    Fields declared plain (``str``, ``int``, ``datetime``, optional or not)
-    are in the key by value; every other field (a tuple of ``LeaseItem``, a
-    nested message) by identity: one C call per field where hashing the value
-    would call each nested dataclass's ``__hash__`` in Python. An identity is
-    sound (the same object is equal to itself; messages are immutable) and,
-    since the encoder keeps the defined object alive, never reused. The key
-    is generated from the field names and types, like the dataclass's own
-    methods; a type whose annotations cannot be resolved is keyed by its
-    fields' identities alone.
-
-    A datetime is in the key as its pickled state (its fields' bytes and its
-    ``tzinfo``), not itself: hashing an aware datetime computes its UTC
-    offset and builds two datetimes, which cost most of a lease's interning
-    when every lease read from a node is a new object. The state is exact,
-    so two keys meet only for the same fields in the same zone.
+    Generated like the dataclass's own ``__eq__``, but field by field with
+    an early exit and no tuples built: it runs on every interned object an
+    encoder meets, and a changed lease differs in a field near the end.
     """
-    try:
-        hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
-    except Exception:  # an annotation naming what is not importable here
-        hints = {}
-    parts = []
-    for f in cls._message_fields:  # type: ignore[attr-defined]
-        tp = hints.get(f)
-        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-        plain = tp is not None and all(a in _PLAIN for a in args)
-        if plain and datetime in args:
-            parts.append(f"(None if (x := v.{f}) is None else x.__reduce__()[1])")
-        else:
-            parts.append(f"v.{f}" if plain else f"_id(v.{f})")
-    env: dict[str, Any] = {"_id": id, "_cls": cls}  # the class first: two types' keys never meet
-    exec(f"def key(v):\n    return (_cls, {', '.join(parts)})", env)  # noqa: S102 - field names of a dataclass
-    return env["key"]
+    fields = [f for f in cls._message_fields if f != name]  # type: ignore[attr-defined]
+    test = " and ".join(f"a.{f} == b.{f}" for f in reversed(fields)) or "True"
+    env: dict[str, Any] = {}
+    exec(f"def same(a, b):\n    return {test}", env)  # noqa: S102 - field names of a dataclass
+    return env["same"]
 
 
 def _leading_bytes(cls: type) -> str | None:
@@ -221,28 +198,30 @@ def _flat(fields: tuple[str, ...], mark: Any) -> Callable[[Any], tuple[Any, ...]
 
 
 def _interning(
-    known: Callable[[int], Any],
-    equal: Callable[[tuple[Any, ...]], Any],
-    key: Callable[[Any], tuple[Any, ...]],
+    last: dict[Any, tuple[Any, Any]],
+    same: Callable[[Any, Any], bool],
+    name: str,
     define: Callable[..., Any],
     mark: bytes,
     values: Callable[[Any], tuple[Any, ...]],
 ) -> Callable[[Any], Any]:
-    """What an interned type is written as: a back-reference to the same object or an
-    equal one (``_value_key``) written before, else ``define``'s answer (its definition)."""
+    """What an interned type is written as: a back-reference to the object last written
+    under its name if it is that object or an equal one (``_same``), else ``define``'s
+    answer (its definition)."""
+    last_get = last.get
+    getter = operator.attrgetter(name)
 
     def plan(value: Any) -> Any:
-        ref = known(id(value))
-        if ref is not None:
-            return ref
+        key = getter(value)
         try:
-            k = key(value)
-            ref = equal(k)
-        except TypeError:  # an unhashable value where a plain one was declared
+            entry = last_get(key)
+        except TypeError:  # an unhashable name where a str was declared
             return (mark, *values(value))
-        if ref is not None:
-            return ref
-        return define(value, k, mark, values)
+        if entry is not None:
+            obj = entry[0]
+            if obj is value or same(obj, value):
+                return entry[1]
+        return define(last, key, value, mark, values)
 
     return plan
 
@@ -250,20 +229,21 @@ def _interning(
 class CaptureEncoder:
     """Messages (and structures holding them) to flat msgpack, declaring types as it meets them."""
 
-    def __init__(self, interned: Iterable[str] = ()) -> None:
+    def __init__(self, interned: Mapping[str, str] | None = None) -> None:
         self.declared: list[TypeDecl] = []
         self._new: list[TypeDecl] = []
-        #: Message names whose objects are written once per file, then referred to.
-        self.interned = frozenset(interned)
+        #: Message name -> the field naming its objects, for the types whose
+        #: objects are written once per file (per version), then referred to.
+        self.interned = dict(interned or {})
         self._plans: dict[type, Callable[[Any], Any]] = {}
-        #: id(object) -> its back-reference, and its value key -> the same,
-        #: for an equal object met anew (``_interning``); ``_defined`` holds
-        #: (key, object) by object index, keeping the objects alive (an
-        #: identity must not be reused while the table knows it) and letting a
-        #: failed encoding take back what it defined.
-        self._refs: dict[int, Any] = {}
-        self._by_value: dict[tuple[Any, ...], Any] = {}
-        self._defined: list[tuple[tuple[Any, ...], Any]] = []
+        #: Per interned type, name -> (object, its back-reference): the
+        #: version of each object written last in this file (``_interning``).
+        self._last: dict[type, dict[Any, tuple[Any, Any]]] = {}
+        #: Object indices given out in this file.
+        self._defined = 0
+        #: What the encoding under way defined: (table, name, the entry it
+        #: replaced), so that a failed (or trial) encoding can take it back.
+        self._undo: list[tuple[dict[Any, tuple[Any, Any]], Any, tuple[Any, Any] | None]] = []
         self._default = self._dispatch()
         self._packer = msgpack.Packer(default=self._default, datetime=True, use_bin_type=True, autoreset=True)
 
@@ -286,9 +266,12 @@ class CaptureEncoder:
         self.declared.append(decl)
         self._new.append(decl)
         mark = index.to_bytes(2, "big")
-        if name in self.interned:
+        named_by = self.interned.get(name)
+        if named_by is not None:
+            if named_by not in fields:
+                raise CodecError(f"message type {name!r} has no field {named_by!r} to intern it by")
             plan = _interning(
-                self._refs.get, self._by_value.get, _value_key(cls), self._define, mark, _flat(fields, None),
+                self._last.setdefault(cls, {}), _same(cls, named_by), named_by, self._define, mark, _flat(fields, None),
             )
         else:
             plan = _flat(fields, mark)
@@ -321,18 +304,25 @@ class CaptureEncoder:
                 raise CodecError(f"cannot encode a value of type {type(value).__name__}")
         return plan(value)
 
-    def _define(self, value: Any, key: tuple[Any, ...], mark: bytes, values: Callable[[Any], tuple[Any, ...]]) -> Any:
-        """An interned object met for the first time in this file: its definition.
+    def _define(
+        self,
+        last: dict[Any, tuple[Any, Any]],
+        key: Any,
+        value: Any,
+        mark: bytes,
+        values: Callable[[Any], tuple[Any, ...]],
+    ) -> Any:
+        """An interned object not written in this file yet (or changed since): its definition.
 
-        The object is kept alive with its key, so the identities in the key
-        (see ``_value_key``) cannot be reused while the file lasts.
+        It becomes the version later objects named ``key`` are compared with.
         """
-        n = len(self._defined)
+        n = self._defined
         if n >= MAX_INTERNED:
             return (mark, *values(value))
+        self._defined = n + 1
         index = n.to_bytes(4, "big")
-        self._by_value[key] = self._refs[id(value)] = _tuple_new(_ExtType, (EXT_OBJECT_REF, index))
-        self._defined.append((key, value))
+        self._undo.append((last, key, last.get(key)))
+        last[key] = (value, _tuple_new(_ExtType, (EXT_OBJECT_REF, index)))
         return (mark + index, *values(value))
 
     def encode(self, value: Any) -> bytes:
@@ -345,7 +335,24 @@ class CaptureEncoder:
         Types met for the first time are in ``take_new()`` afterwards (even
         when encoding failed half way: they stay declared).
         """
-        kept = self._mark()
+        data = self._pack(value)
+        self._undo.clear()  # written: what it defined stays defined
+        return data
+
+    def check(self, value: Any) -> None:
+        """Raise ``CodecError`` if ``value`` cannot be encoded; nothing it interns stays interned.
+
+        (Its bytes are thrown away, so a definition in them must not be
+        referred to later.)
+        """
+        kept = len(self._undo)
+        try:
+            self._pack(value)
+        finally:
+            self._forget(kept)
+
+    def _pack(self, value: Any) -> bytes:
+        kept = len(self._undo)
         try:
             return self._packer.pack(value)
         except CodecError:
@@ -355,33 +362,23 @@ class CaptureEncoder:
             self._reset(kept)
             raise CodecError(f"cannot encode {type(value).__name__}: {exc}") from exc
 
-    def check(self, value: Any) -> None:
-        """Raise ``CodecError`` if ``value`` cannot be encoded; nothing it interns stays interned.
-
-        (Its bytes are thrown away, so a definition in them must not be
-        referred to later.)
-        """
-        kept = self._mark()
-        try:
-            self.encode(value)
-        finally:
-            self._forget(kept)
-
     def new_file(self) -> None:
         """A new file begins: its interned objects are written afresh."""
-        self._refs.clear()  # cleared, not replaced: the generated plans hold their look-ups
-        self._by_value.clear()
-        self._defined.clear()
+        for last in self._last.values():
+            last.clear()  # cleared, not replaced: the generated plans hold them
+        self._defined = 0
+        self._undo.clear()
 
-    def _mark(self) -> int:
-        return len(self._defined)
-
-    def _forget(self, mark: int) -> None:
-        """Take back what was interned since ``mark``."""
-        for key, obj in self._defined[mark:]:
-            del self._refs[id(obj)]
-            del self._by_value[key]
-        del self._defined[mark:]
+    def _forget(self, kept: int) -> None:
+        """Take back what was interned since ``kept`` entries of the undo log, latest first."""
+        undo = self._undo
+        while len(undo) > kept:
+            last, key, previous = undo.pop()
+            if previous is None:
+                del last[key]
+            else:
+                last[key] = previous
+            self._defined -= 1
 
     def _reset(self, kept: int) -> None:
         # A failed pack may leave partial output behind: start from a fresh

@@ -96,10 +96,12 @@ BATCH_RECORDS = 1024
 #: to half its interval, so that records still reach the OS in time.
 GATHER_S = 0.1
 
-#: Message types written once per file and referred to after (``capture.wire``):
-#: the chain hands out the same ``Lease`` object while a lease is unchanged,
-#: and the provider's whole active-lease list is read every cycle.
-INTERNED_TYPES = ("lease", "lease_item")
+#: Message types written once per file (per version) and referred to after
+#: (``capture.wire``), with the field that names their objects: the
+#: provider's whole active-lease list is read every cycle, and between two
+#: withdrawals its leases do not change. (A ``LeaseItem`` has no name of its
+#: own; a lease that changed is written with its items.)
+INTERNED_TYPES = {"lease": "uuid"}
 
 #: The names the writer gives its files: the only files the size budget
 #: (``max_total_bytes``) ever removes; anything else in the directory stays.

@@ -350,7 +350,7 @@ def test_older_formats_refused_and_version_1_files_still_read(tmp_path):
 
 def test_version_2_files_with_ext_marks_and_interned_leases_still_read(tmp_path):
     lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
-    enc = CaptureEncoder(("lease",))
+    enc = CaptureEncoder({"lease": "uuid"})
     at = utc(2026, 3, 1)
     bodies = [_with_ext_marks(enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]]))
               for seq in (1, 2)]
@@ -365,7 +365,7 @@ def test_version_2_files_with_ext_marks_and_interned_leases_still_read(tmp_path)
 
 def test_a_lost_definition_costs_the_records_that_refer_to_it_with_file_and_offset(tmp_path):
     lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
-    enc = CaptureEncoder(("lease",))
+    enc = CaptureEncoder({"lease": "uuid"})
     at = utc(2026, 3, 1)
     bodies = [enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]])
               for seq in range(1, 4)]
@@ -385,7 +385,7 @@ def test_fuzz_bodies_with_interned_objects(tmp_path):
     rng = random.Random(11)
     target = tmp_path / "interned.lwcap"
     leases = tuple(Lease(f"l{n}", "t", "p", (LeaseItem("s", 1, Coin("umfx", n + 1)),)) for n in range(3))
-    enc = CaptureEncoder(("lease", "lease_item"))
+    enc = CaptureEncoder({"lease": "uuid"})
     at = utc(2026, 3, 1)
     good = [enc.encode([0, [[seq, at, "a", "b", 0, ActiveLeasesRead(seq, leases)]]]) for seq in (1, 2)]
     types = [t.to_wire() for t in enc.take_new()]

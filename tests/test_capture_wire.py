@@ -198,7 +198,7 @@ def _declared(enc: CaptureEncoder) -> tuple:
 def test_an_interned_object_is_written_once_and_decodes_to_one_shared_object():
     leases = tuple(_lease(n) for n in range(20))
     read = ActiveLeasesRead(1, leases)
-    plain, interned = CaptureEncoder(), CaptureEncoder(("lease", "lease_item"))
+    plain, interned = CaptureEncoder(), CaptureEncoder({"lease": "uuid"})
     first, again = interned.encode([read]), interned.encode([ActiveLeasesRead(2, leases)])
     # The second read refers to the twenty leases: a few bytes each instead of the whole lease.
     assert len(first) == pytest.approx(len(plain.encode([read])), rel=0.2)
@@ -217,7 +217,7 @@ def test_an_interned_object_is_written_once_and_decodes_to_one_shared_object():
 
 def test_a_new_file_starts_a_new_table_and_a_failed_encoding_interns_nothing():
     lease = _lease(1)
-    enc = CaptureEncoder(("lease",))
+    enc = CaptureEncoder({"lease": "uuid"})
     enc.encode([lease])
     enc.new_file()
     body = enc.encode([lease])  # written whole again: a reader of the new file never saw it
@@ -233,7 +233,7 @@ def test_a_new_file_starts_a_new_table_and_a_failed_encoding_interns_nothing():
 
 def test_references_to_objects_a_file_does_not_define_are_codec_errors():
     lease = _lease(1)
-    enc = CaptureEncoder(("lease",))
+    enc = CaptureEncoder({"lease": "uuid"})
     enc.encode([lease])
     ref_only = enc.encode([lease, "fine"])  # a back-reference whose definition the decoder never saw
     dec = CaptureDecoder()
@@ -256,32 +256,50 @@ def test_references_to_objects_a_file_does_not_define_are_codec_errors():
     assert "defined twice" in str(dec.problems[0])
 
 
-def test_an_equal_object_rebuilt_with_the_same_parts_is_referred_to():
-    """The chain rebuilds an unchanged lease after a settlement: same values, same items tuple."""
-    items = (LeaseItem("sku-1", 1, Coin("umfx", 3)),)
-    first = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1))
-    rebuilt = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1))
-    other_items = Lease("lease-1", "manifest1tenant", "prov", tuple(items), created_at=utc(2026, 3, 1))
-    changed = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 2))
-    enc = CaptureEncoder(("lease",))
-    whole = enc.encode(first)
-    assert len(enc.encode(rebuilt)) < len(whole) / 5
-    assert len(enc.encode(changed)) == len(whole)  # a changed field: a new definition
+def test_a_lease_read_anew_is_referred_to_while_it_equals_the_version_last_written():
+    """A node's client builds every lease afresh on every read: equal by value is what counts."""
+
+    def read(settled_day: int, created=utc(2026, 3, 1)) -> Lease:
+        # New objects all the way down, as a client decoding a response makes them.
+        items = (LeaseItem("".join(["sku-", "1"]), 1, Coin("umfx", 3)),)
+        return Lease("".join(["lease-", "1"]), "manifest1tenant", "prov", items, created_at=created,
+                     last_settled_at=utc(2026, 3, settled_day))
+
+    enc = CaptureEncoder({"lease": "uuid"})
     dec = CaptureDecoder()
+    first = read(1)
+    whole = enc.encode(first)
     dec.declare(_declared(enc))
-    assert dec.decode(whole) == first
-    # tuple(items) is the same tuple (tuples are not copied); a list-built one is not, and is written whole.
-    assert other_items.items is items
-    copied = Lease("lease-1", "manifest1tenant", "prov", tuple(list(items)), created_at=utc(2026, 3, 1))
-    assert copied.items is not items and len(enc.encode(copied)) == len(whole)
-    # The same instant in another zone is another value to the key (its fields differ): written whole
-    # (a msgpack timestamp keeps the instant, not the zone).
+    again = enc.encode(read(1))
+    assert again != whole and len(again) < len(whole) / 5  # a back-reference
+    settled = enc.encode(read(2))  # a settlement moved last_settled_at: written whole, the new version
+    assert len(settled) == len(whole)
+    later = enc.encode(read(2))
+    assert len(later) < len(whole) / 5
+    back = enc.encode(read(1))  # an older version again: it is no longer the last one written, so whole
+    assert len(back) == len(whole)
+    got = [dec.decode(b) for b in (whole, again, settled, later, back)]
+    assert dec.problems == []
+    assert got == [read(1), read(1), read(2), read(2), read(1)]
+    assert got[1] is got[0] and got[3] is got[2] and got[4] is not got[0]
+    # The same instant in another zone is equal (==), so referred to (a msgpack timestamp keeps no zone anyway).
     paris = timezone(timedelta(hours=1))
-    elsewhere = Lease("lease-1", "manifest1tenant", "prov", items, created_at=utc(2026, 3, 1).astimezone(paris))
-    body = enc.encode(elsewhere)
-    assert elsewhere == first and len(body) > len(whole) / 2
-    got = dec.decode(body)
-    assert dec.problems == [] and got == elsewhere and got.created_at == elsewhere.created_at
+    elsewhere = read(1, created=utc(2026, 3, 1).astimezone(paris))
+    assert len(enc.encode(elsewhere)) < len(whole) / 5
+
+
+def test_the_encoder_keeps_one_version_of_each_lease_and_a_trial_encoding_keeps_none():
+    enc = CaptureEncoder({"lease": "uuid"})
+    for day in range(1, 29):
+        enc.encode([_lease(n, utc(2026, 2, day)) for n in range(5)])
+    assert sum(len(table) for table in enc._last.values()) == 5  # not 5 x 28: memory follows the leases, not their versions
+    enc.check([_lease(99), _lease(4, utc(2026, 3, 9))])
+    assert {k: v[0] for k, v in enc._last[Lease].items()} == {f"lease-{n}": _lease(n, utc(2026, 2, 28)) for n in range(5)}
+    whole = len(CaptureEncoder({"lease": "uuid"}).encode(_lease(99)))
+    assert len(enc.encode(_lease(99))) >= whole - 2  # written whole: the check's definition is gone
+    assert len(enc.encode(_lease(4, utc(2026, 2, 28)))) < whole / 5  # still the version last written
+    with pytest.raises(CodecError):
+        CaptureEncoder({"lease": "no_such_field"}).encode(_lease(1))
 
 
 # -- format 3: type marks are bins -------------------------------------------------------------
