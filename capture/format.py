@@ -30,10 +30,11 @@ Record bodies (the first element says which):
   before the first record that uses them in this file (``capture.wire``).
 
 Messages inside deliveries are written as ``capture.wire`` describes: flat
-arrays referring to the file's type table, a repeated ``Lease`` (or
-``LeaseItem``) as a back-reference to its first appearance in the file. A message that is not a
-registered type is written as its Python type name (``OpaqueDelivery``), so
-replay knows an input is missing rather than silently skipping it.
+arrays whose first element (a bin, since format 3) refers to the file's
+type table, and a ``Lease`` unchanged since it was last written in the file
+as a back-reference to that definition. A message that is not a registered
+type is written as its Python type name (``OpaqueDelivery``), so replay
+knows an input is missing rather than silently skipping it.
 """
 
 from __future__ import annotations
