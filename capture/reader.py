@@ -159,6 +159,11 @@ def capture_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
+#: Builds a ``DeliveryRecord`` (a named tuple) from a decoded row in C,
+#: without the named tuple's Python-level ``__new__``: once per record read.
+_new_record = tuple.__new__
+
+
 def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> CaptureError:
     if isinstance(exc, UnknownMessageType):
         return UnknownTypeInCapture(path, offset, f"{where}{exc}")
@@ -223,7 +228,7 @@ class _Decoding:
                 if type(message) is OpaqueMessage:
                     out.append(OpaqueDelivery(seq, at, sender, recipient, cause, str(message)))
                 else:
-                    out.append(DeliveryRecord(seq, at, sender, recipient, cause, message))
+                    out.append(_new_record(DeliveryRecord, d))  # d is (seq, at, sender, recipient, cause, message)
             return out
         if decoder.problems:
             raise _codec_error(path, offset, decoder.problems[0])
