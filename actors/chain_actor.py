@@ -28,6 +28,7 @@ from messages.chain_actor import (
     WithdrawRequested,
     WithdrawLookupsRestored,
     WithdrawTxAnswered,
+    WithdrawTxSigned,
 )
 from messages.credit import CloseRequested
 from messages.scheduler import ClosuresFlushed, WithdrawFinished
@@ -55,16 +56,20 @@ class ChainDecisions:
                 return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
             self.withdraw = WithdrawCycle(message.cycle, self.settings)
             return self.withdraw.begin()
+        if isinstance(message, WithdrawTxSigned):
+            return self.lookups.signed(message, now)
         if isinstance(message, WithdrawPageAnswered):
             w = self.withdraw
             if w is None or w.cycle != message.cycle:
-                return []
+                return []  # what it signed stays in the books, to be looked up at the next start
             was_done = w.done
             out = w.answered(message, now)
+            closed, recorded = self.lookups.settled(message)
+            out += closed
             error = message.error
             if w.done and not was_done and error is not None and error.may_have_committed:
                 # The cycle ended on a page that may have been applied: find out.
-                out += self.lookups.begin(w.cycle, message.page, error.tx_hash, now)
+                out += self.lookups.begin(w.cycle, message.page, error.tx_hash, now, recorded)
             return out
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)

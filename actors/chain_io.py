@@ -38,6 +38,7 @@ from messages.chain_actor import (
     WithdrawPageCall,
     WithdrawTxAnswered,
     WithdrawTxCall,
+    WithdrawTxSigned,
 )
 from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead
@@ -87,6 +88,8 @@ class ChainIO(PooledActor):
         self.writes = writes
         self._in_flight = 0
         self._idle = threading.Condition()
+        #: The delivery that asked for the call running on this thread (what its answers are caused by).
+        self._calling = threading.local()
         self._handlers: dict[type, tuple[Executor, Callable[[Any], tuple[str, Any]]]] = {
             CreditCall: (reads, self._credit),
             ActiveLeasesCall: (reads, self._active_leases),
@@ -119,6 +122,7 @@ class ChainIO(PooledActor):
             self._done()
 
     def _run(self, handler: Callable[[Any], tuple[str, Any]], message: Any, cause: int) -> None:
+        self._calling.cause = cause
         try:
             address, answer = handler(message)
             with sending_as(CHAIN_IO, cause):
@@ -171,7 +175,16 @@ class ChainIO(PooledActor):
         return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active), error)
 
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
-        page, error = _attempt("withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key))
+        cause = self._calling.cause
+
+        def signed(tx_hash: str) -> None:
+            # Before the wait for inclusion: the chain actor has the books remember the tx.
+            with sending_as(CHAIN_IO, cause):
+                self.router.tell(CHAIN, WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
+
+        page, error = _attempt(
+            "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed)
+        )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _withdraw_tx(self, m: WithdrawTxCall) -> tuple[str, Any]:

@@ -21,6 +21,15 @@ Each lookup is kept in the ledger while it lasts (``WithdrawLookupOpened``,
 sidecar restarted because its node was unreachable, the very thing that
 leaves a tx's outcome unknown, must not forget the tx.
 
+The books learn a withdraw tx's hash even earlier, as soon as it is signed
+(``WithdrawTxSigned``, before the client waits for inclusion): the same
+ledger fact, closed when the page's answer settles it (``settled``:
+booked, or refused before inclusion), kept when the answer hands the tx to
+the lookups. A sidecar that dies while the client waits, before any answer,
+thus looks the tx up at its next start instead of leaving its page out of
+the books. (What is left: a death in the few milliseconds between the
+signing and the ledger's commit of that fact.)
+
 Every method takes ``now`` and returns effects.
 """
 
@@ -30,7 +39,7 @@ from datetime import datetime, timedelta
 
 from actors.effects import Effect, Note, Send
 from actors.withdraw_cycle import page_to_ledger
-from messages.chain_actor import WithdrawTxAnswered, WithdrawTxCall
+from messages.chain_actor import WithdrawPageAnswered, WithdrawTxAnswered, WithdrawTxCall, WithdrawTxSigned
 from messages.coins import format_coins
 from messages.ledger import WithdrawLookupClosed, WithdrawLookupOpened
 from runtime.router import CHAIN_IO, LEDGER
@@ -53,18 +62,40 @@ LOOKUP_DELAYS = (
 
 
 class WithdrawLookups:
-    """The txs being looked up: hash -> (cycle, page)."""
+    """The txs being looked up: hash -> (cycle, page); and the signed ones still unanswered."""
 
     def __init__(self) -> None:
         self.pending: dict[str, tuple[int, int]] = {}
+        #: (cycle, page, attempt) of a page call -> the hashes it signed, while it has not answered
+        self.unanswered: dict[tuple[int, int, int], list[str]] = {}
 
-    def begin(self, cycle: int, page: int, tx_hash: str, now: datetime) -> list[Effect]:
+    def signed(self, m: WithdrawTxSigned, now: datetime) -> list[Effect]:
+        """A page's tx is signed and goes out: the books remember it until its answer settles it."""
+        hashes = self.unanswered.setdefault((m.cycle, m.page, m.attempt), [])
+        if not m.tx_hash or m.tx_hash in hashes:
+            return []
+        hashes.append(m.tx_hash)
+        return [Send(LEDGER, WithdrawLookupOpened(m.tx_hash, m.cycle, m.page, now))]
+
+    def settled(self, m: WithdrawPageAnswered) -> tuple[list[Effect], bool]:
+        """The page call's answer came: close what it settled; and whether its tx is already in the books.
+
+        Called after the answer's page (if any) went to the ledger, so the
+        fact is closed only behind it. The tx of an answer that may have
+        committed stays open: the lookups take it over (``begin``).
+        """
+        hashes = self.unanswered.pop((m.cycle, m.page, m.attempt), [])
+        error = m.error
+        keep = error.tx_hash if error is not None and error.may_have_committed else ""
+        out: list[Effect] = [Send(LEDGER, WithdrawLookupClosed(h)) for h in hashes if h != keep]
+        return out, bool(keep) and keep in hashes
+
+    def begin(self, cycle: int, page: int, tx_hash: str, now: datetime, recorded: bool = False) -> list[Effect]:
+        """Look ``tx_hash`` up; ``recorded``: the books already hold it (it was signed in this run)."""
         if not tx_hash or tx_hash in self.pending:
             return []
-        return [
-            Send(LEDGER, WithdrawLookupOpened(tx_hash, cycle, page, now)),
-            *self._first(cycle, page, tx_hash, "may have been applied", now),
-        ]
+        opened = [] if recorded else [Send(LEDGER, WithdrawLookupOpened(tx_hash, cycle, page, now))]
+        return [*opened, *self._first(cycle, page, tx_hash, "may have been applied", now)]
 
     def restore(self, lookups: tuple[WithdrawLookupOpened, ...], now: datetime) -> list[Effect]:
         """Go on with the lookups a previous run left open: each starts over from the first delay."""

@@ -12,7 +12,7 @@ failure; the chain actor calls them off its own thread.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
@@ -23,8 +23,14 @@ __all__ = ["ChainClient"]
 class ChainClient(Protocol):
     def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]: ...
 
-    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
+    def withdraw_by_provider(
+        self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None
+    ) -> WithdrawPage:
         """One provider-wide ``MsgWithdraw`` page starting after ``key``, once included.
+
+        ``signed`` is called with the tx's hash once it is known, before the
+        client waits for inclusion (and again for each tx it signs anew), so
+        that the caller can remember a tx whose answer it may never see.
 
         A failure after the tx was signed and may have been applied raises
         ``ChainError`` with ``may_have_committed`` and the tx's ``tx_hash``.

@@ -337,12 +337,14 @@ class CosmpyChainClient:
         return r.default_node_info.network
 
     # -- transactions -------------------------------------------------------------
-    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
+    def withdraw_by_provider(
+        self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None
+    ) -> WithdrawPage:
         msg = billing_tx.MsgWithdraw(
             sender=self.address, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key
         )
         op = f"withdraw_by_provider {provider_uuid}"
-        included = self.send_messages(op, [msg])
+        included = self.send_messages(op, [msg], signed=signed)
         return self._withdraw_page(op, included, provider_uuid)
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
@@ -453,12 +455,17 @@ class CosmpyChainClient:
                 codespace="protocol", transient=False, may_have_committed=True,
             ) from None
 
-    def send_messages(self, operation: str, msgs: Sequence[Message]) -> IncludedTx:
-        """Sign ``msgs`` into one tx, broadcast it and wait until it is included with code 0."""
-        with self._tx_lock:
-            return self._send(operation, list(msgs))
+    def send_messages(
+        self, operation: str, msgs: Sequence[Message], signed: Callable[[str], None] | None = None
+    ) -> IncludedTx:
+        """Sign ``msgs`` into one tx, broadcast it and wait until it is included with code 0.
 
-    def _send(self, operation: str, msgs: list[Message]) -> IncludedTx:
+        ``signed`` hears each signed tx's hash just before its broadcast.
+        """
+        with self._tx_lock:
+            return self._send(operation, list(msgs), signed)
+
+    def _send(self, operation: str, msgs: list[Message], signed: Callable[[str], None] | None) -> IncludedTx:
         margin = self.gas_multiplier
         retries = 0
         txhash = ""
@@ -469,6 +476,8 @@ class CosmpyChainClient:
                 gas_limit = math.ceil(gas_used * margin)
                 raw = self._sign(msgs, account, gas_limit)
                 txhash = hashlib.sha256(raw).hexdigest().upper()
+                if signed is not None:
+                    signed(txhash)  # before the broadcast: from here on the tx may be applied
                 response = self._broadcast(operation, raw, txhash)
                 if response.code not in (0, SDK_TX_IN_MEMPOOL) or (response.code and response.codespace != SDK):
                     raise self._tx_error(operation, response)

@@ -97,7 +97,11 @@ class ModelChainClient:
             "provider_withdrawable", provider_uuid, lambda: self.model.provider_withdrawable(provider_uuid)[0]
         )
 
-    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
+    def withdraw_by_provider(
+        self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None
+    ) -> WithdrawPage:
+        """As the chain's; the model knows a tx's hash only once it applied it, so ``signed`` hears it then."""
+
         def send() -> WithdrawPage:
             r, tx = self._write(
                 lambda: self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key)
@@ -121,6 +125,8 @@ class ModelChainClient:
                 self._pages[tx_hash] = page
                 if len(self._pages) > KEPT_WITHDRAW_PAGES:
                     del self._pages[next(iter(self._pages))]
+            if signed is not None:
+                signed(tx_hash)
             if self.faults.answer_lost("withdraw_by_provider"):
                 raise ChainError.transport(
                     f"withdraw_by_provider {provider_uuid}: tx {tx_hash} was broadcast but not included in time "

@@ -69,6 +69,23 @@ class WithdrawPageCall:
     key: bytes
 
 
+@message("withdraw_tx_signed")
+@dataclass(frozen=True, slots=True)
+class WithdrawTxSigned:
+    """chain-io, during a ``WithdrawPageCall``: the page's tx is signed, with this hash, and goes out now.
+
+    Told before the call answers, so that the books hold the hash while the
+    client waits for inclusion: a sidecar that dies then looks it up at its
+    next start (``actors.withdraw_lookup``). A call that signs again (a
+    stale sequence, too little gas) tells each hash.
+    """
+
+    cycle: int
+    page: int
+    attempt: int
+    tx_hash: str
+
+
 @message("withdraw_page_answered")
 @dataclass(frozen=True, slots=True)
 class WithdrawPageAnswered:

@@ -145,7 +145,9 @@ __all__ += ["SettlementsRecorded"]
 @message("withdraw_lookup_opened")
 @dataclass(frozen=True, slots=True)
 class WithdrawLookupOpened:
-    """A withdraw tx of unknown outcome is being looked up (kept across restarts)."""
+    """A withdraw tx whose outcome is not in the books yet: signed and awaiting its answer,
+    or of unknown outcome and being looked up. Kept across restarts: a sidecar that
+    starts with one open looks the tx up."""
 
     tx_hash: str
     cycle: int
@@ -156,7 +158,8 @@ class WithdrawLookupOpened:
 @message("withdraw_lookup_closed")
 @dataclass(frozen=True, slots=True)
 class WithdrawLookupClosed:
-    """The lookup of ``tx_hash`` ended (found, failed on chain, or given up)."""
+    """``tx_hash``'s outcome is settled: its page booked, refused before inclusion, or its
+    lookup ended (found, failed on chain, or given up)."""
 
     tx_hash: str
 

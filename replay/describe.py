@@ -17,6 +17,7 @@ from messages.chain_actor import (
     NodeStatusAnswered,
     WithdrawPageAnswered,
     WithdrawTxAnswered,
+    WithdrawTxSigned,
 )
 from messages.coins import Coin, format_coins
 from messages.credit import CreditReadFailed
@@ -110,6 +111,10 @@ def _withdraw_page(m: WithdrawPageAnswered) -> str:
     return f"withdraw page {m.page}: {format_coins(r.total_amounts)} from {r.withdrawal_count} lease(s){more} (tx {r.tx_hash[:12]})"
 
 
+def _withdraw_signed(m: WithdrawTxSigned) -> str:
+    return f"withdraw page {m.page} (try {m.attempt}): tx {m.tx_hash[:12]} signed, broadcasting"
+
+
 def _withdraw_tx(m: WithdrawTxAnswered) -> str:
     if m.error is not None:
         return f"withdraw tx {m.tx_hash[:12]} lookup {m.attempt}: {_failure(m.error)}"
@@ -156,6 +161,7 @@ def _lease_event(m: Any) -> str:
 _OUTSIDE: dict[type, Callable[[Any], str | None]] = {
     WithdrawPageAnswered: _withdraw_page,
     WithdrawTxAnswered: _withdraw_tx,
+    WithdrawTxSigned: _withdraw_signed,
     ActiveLeasesRead: _leases_read,
     CloseBatchAnswered: _close_batch,
     LeaseCheckAnswered: _lease_check,

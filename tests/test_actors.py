@@ -22,6 +22,7 @@ from messages.chain_actor import (
     NodeStatusAnswered,
     NodeStatusCall,
     WithdrawPageAnswered,
+    WithdrawTxSigned,
     WithdrawPageCall,
     WithdrawRequested,
 )
@@ -124,8 +125,9 @@ def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     assert isinstance(read, CreditRead) and read.account.balances == (Coin("umfx", 50),) and read.estimate is not None
     (leases,) = sched.received
     assert isinstance(leases, ActiveLeasesRead) and len(leases.leases) == 1
-    (page,) = chain.received
+    signed, page = chain.received  # the tx's hash first, for the books, then the answer
     assert isinstance(page, WithdrawPageAnswered) and page.result is not None and page.error is None
+    assert signed == WithdrawTxSigned(4, 1, 1, page.result.tx_hash)
     client.faults.fail("credit_account")
     io.tell(CreditCall(5, "t1"))
     d.run_until_idle()

@@ -201,8 +201,8 @@ def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path)
         sent: list[LeaseSettled] = []
         original = client.withdraw_by_provider
 
-        def spy(provider_uuid, key):
-            page = original(provider_uuid, key)
+        def spy(provider_uuid, key, signed=None):
+            page = original(provider_uuid, key, signed=signed)
             sent.extend(page.settlements)
             return page
 

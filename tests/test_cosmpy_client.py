@@ -136,13 +136,20 @@ def test_injected_sequence_mismatch_is_retried_and_lands_once(world: World) -> N
     # Another writer used the key: the cached sequence is now one behind.
     world.node.advance_sequence(world.devnet.provider_address)
 
-    page = client.withdraw_by_provider(PROVIDER, b"")
+    signed: list[tuple[str, bool]] = []  # each hash, and whether the node had included it when we heard it
+
+    def heard(tx_hash: str) -> None:
+        signed.append((tx_hash, any(r.txhash == tx_hash for r in world.node.included_txs())))
+
+    page = client.withdraw_by_provider(PROVIDER, b"", signed=heard)
 
     assert page.withdrawal_count == 1
     assert world.devnet.faults.calls["Account"] == accounts_read + 1  # re-read once
     landed = _withdraw_txs(world)
     assert len(landed) == 2 and landed[-1].txhash == page.tx_hash
     assert all(r.code == 0 for r in world.node.included_txs())
+    # The stale sequence was caught by the simulation, before any signing: one tx signed, heard before its broadcast.
+    assert signed == [(page.tx_hash, False)]
 
 
 def test_two_writers_with_one_key_collide_and_recover(world: World) -> None:

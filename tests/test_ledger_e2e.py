@@ -55,14 +55,35 @@ def item(price: int, quantity: int = 1, denom: str = "umfx") -> LeaseItem:
     return LeaseItem("sku-1", quantity, Coin(denom, price))
 
 
+class _Vanished(BaseException):
+    """A tx call that never answers: the process died while its client waited for inclusion."""
+
+
+class VanishingWrites:
+    """Runs each tx call at once, in the caller's thread; a call that vanishes leaves no answer at all."""
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except _Vanished:
+            pass
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass
+
+
 class RecordingClient(ModelChainClient):
     """The model client, remembering every withdraw page the chain answered."""
 
     pages: list[WithdrawPage]
+    #: The next withdraw is applied (and signed) but its call never answers (with ``VanishingWrites``).
+    vanish = False
 
-    def withdraw_by_provider(self, provider_uuid: str, key: bytes) -> WithdrawPage:
-        page = super().withdraw_by_provider(provider_uuid, key)
+    def withdraw_by_provider(self, provider_uuid: str, key: bytes, signed=None) -> WithdrawPage:
+        page = super().withdraw_by_provider(provider_uuid, key, signed=signed)
         self.pages.append(page)
+        if self.vanish:
+            raise _Vanished()
         return page
 
 
@@ -124,6 +145,8 @@ class Life:
 
     chain: Chain
     path: Path
+    #: chain-io's tx executor (default: inline)
+    writes: Any = None
     dispatcher: ManualDispatcher = field(init=False)
     ledger: Ledger = field(init=False)
     sidecar: Sidecar = field(init=False)
@@ -150,6 +173,7 @@ class Life:
             billing_tick_interval=LEDGER_SETTINGS.tick_interval,
             restored=self.ledger.tenant_snapshots(),
             restored_lookups=self.ledger.withdraw_lookups(),
+            writes=self.writes,
             extra=parts,
         )
         chain.sidecar_up = True
@@ -236,6 +260,7 @@ def test_a_month_on_the_running_sidecar_is_billed_as_the_chain_accrued_it(tmp_pa
     feb = tenant_totals(life.ledger, FEB)
     assert {t: {d: a for d, (a, _) in v.items() if a} for t, v in feb.items()} == chain.per_tenant(accrued_at_from, {})
     assert l1 in chain.ours
+    assert life.ledger.withdraw_lookups() == []  # every withdraw tx written ahead was settled by its answer
 
 
 @dataclass
@@ -422,3 +447,37 @@ def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path
         rows = conn.execute("SELECT tx_hash, page FROM withdrawals WHERE tx_hash = ?", (lost,)).fetchall()
     assert len(rows) == 1
     assert second.ledger.withdraw_lookups() == []  # the lookup ended, and says so in the books
+
+
+def test_killed_while_the_client_waited_for_inclusion_the_restarted_sidecar_books_the_page(tmp_path):
+    """The tx's hash reaches the books when it is signed: a death before any answer does not lose the page."""
+    chain = Chain(utc(2026, 3, 1))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    chain.lease(RICH, [item(3)])
+    chain.lease(RICH, [item(5)])
+    withdraw_txs: list[str] = []
+    chain.model.subscribe(
+        lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
+    )
+    chain.clock.advance(3600)
+    path = tmp_path / "ledger.sqlite"
+    first = Life(chain, path, writes=VanishingWrites())
+    first.client.vanish = True
+    first.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
+    [applied] = withdraw_txs  # on chain: the leases settled, the provider paid
+
+    def booked(life: Life) -> tuple[int, int]:
+        with life.ledger.read() as conn:
+            w = conn.execute("SELECT COUNT(*) FROM withdrawals WHERE tx_hash = ?", (applied,)).fetchone()[0]
+            s = conn.execute("SELECT COUNT(*) FROM settlements WHERE tx_hash = ?", (applied,)).fetchone()[0]
+        return w, s
+
+    assert booked(first)[0] == 0  # no answer came (the settlements are the in-process chain feed's)
+    assert [w.tx_hash for w in first.ledger.withdraw_lookups()] == [applied]  # but the books know the tx
+    first.kill()
+    chain.clock.advance(30)
+
+    second = Life(chain, path)
+    second.run_until(chain.clock.now() + timedelta(minutes=1))
+    assert booked(second) == (1, 2)  # the page, and what it took from each of the two leases (not twice)
+    assert second.ledger.withdraw_lookups() == []

@@ -18,6 +18,7 @@ from messages.chain_actor import (
     WithdrawRequested,
     WithdrawTxAnswered,
     WithdrawTxCall,
+    WithdrawTxSigned,
 )
 from messages.coins import Coin
 from messages.ledger import (
@@ -203,3 +204,42 @@ def test_lookups_left_open_by_a_previous_run_go_on_from_the_first_delay() -> Non
 def test_no_lookup_without_a_tx_hash() -> None:
     chain, out = _unknown_page(tx_hash="")
     assert not only(out, WithdrawTxCall) and only(out, WithdrawFinished)
+
+
+def _sends_to_ledger(effects) -> list:
+    return [e.message for e in effects if isinstance(e, Send) and e.to == LEDGER]
+
+
+def test_a_signed_tx_is_in_the_books_until_its_answer_settles_it() -> None:
+    """Written ahead of the wait for inclusion: a sidecar that dies while waiting looks it up at its next start."""
+    chain = ChainDecisions(settings())
+    chain.handle(WithdrawRequested(1), T0)
+    out = chain.handle(WithdrawTxSigned(1, 1, 1, "TX1"), T0)
+    assert _sends_to_ledger(out) == [WithdrawLookupOpened("TX1", 1, 1, T0)]
+    assert not only(out, WithdrawTxCall)  # no lookup while the answer is awaited
+    assert chain.handle(WithdrawTxSigned(1, 1, 1, "TX1"), T0) == []  # told twice: once in the books
+    # Booked: the page and its settlements first, then the fact closes behind them.
+    out = chain.handle(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    assert [type(m) for m in _sends_to_ledger(out)] == [WithdrawalRecorded, WithdrawLookupClosed]
+    assert only(out, WithdrawLookupClosed)[0].message == WithdrawLookupClosed("TX1")
+    # Signed twice (a stale sequence), then refused before inclusion and retried: both hashes close.
+    chain.handle(WithdrawTxSigned(1, 2, 1, "TX2a"), T0)
+    chain.handle(WithdrawTxSigned(1, 2, 1, "TX2b"), T0)
+    refused = ChainFailure("withdraw", "unavailable", transient=True)
+    out = chain.handle(WithdrawPageAnswered(1, 2, 1, error=refused), T0)
+    assert [m.tx_hash for m in _sends_to_ledger(out)] == ["TX2a", "TX2b"]
+    assert only(out, WithdrawLookupClosed) and not only(out, WithdrawLookupOpened)
+    assert chain.lookups.unanswered == {}
+
+
+def test_a_signed_tx_whose_answer_may_have_committed_goes_to_the_lookups_without_a_second_fact() -> None:
+    chain = ChainDecisions(settings())
+    chain.handle(WithdrawRequested(1), T0)
+    chain.handle(WithdrawTxSigned(1, 1, 1, "OLD"), T0)  # refused, signed again
+    chain.handle(WithdrawTxSigned(1, 1, 1, "AB12"), T0)
+    err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash="AB12")
+    out = chain.handle(WithdrawPageAnswered(1, 1, 1, error=err), T0)
+    assert _sends_to_ledger(out) == [WithdrawLookupClosed("OLD")]  # AB12 stays open: the lookups have it
+    (look,) = only(out, WithdrawTxCall)
+    assert look.message == WithdrawTxCall(1, 1, "AB12", 1)
+    assert chain.lookups.pending == {"AB12": (1, 1)}
