@@ -214,10 +214,14 @@ def alternate(title: str, unit: str, n: int, run: Any, root: str) -> float:
     m_off, m_on = statistics.median(off), statistics.median(on)
     c_off, c_on = statistics.median(off_cpu), statistics.median(on_cpu)
     loss, cpu_loss = 1 - m_on / m_off, 1 - c_on / c_off
+    # Each "on" trial against the "off" trial just before it: a drift of the
+    # shared machine's speed over the run falls on both of a pair alike.
+    paired = statistics.median(b / a for a, b in zip(off, on))
     print(f"{title}: {n} trials each way (medians)")
     print(f"  capture off: {m_off:,.0f} {unit}/s   {c_off:,.0f} {unit}/CPU s")
     print(f"  capture on:  {m_on:,.0f} {unit}/s   {c_on:,.0f} {unit}/CPU s")
-    print(f"  ratio on/off: {m_on / m_off:.3f} of {unit}/s, {c_on / c_off:.3f} per CPU second")
+    print(f"  ratio on/off: {m_on / m_off:.3f} of {unit}/s, {c_on / c_off:.3f} per CPU second; "
+          f"median of the {n} paired trials' ratios {paired:.3f}")
     if writer is not None:
         print(f"  last capture: {writer.records:,} records ({writer.bytes_written / 1e6:.1f} MB, "
               f"{writer.bytes_written / max(writer.records, 1):.0f} B/record), longest queue {writer.max_queue:,}, "
