@@ -44,7 +44,7 @@ import multiprocessing  # noqa: E402
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from datetime import datetime, timedelta, timezone  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 
 from websockets.asyncio.client import connect  # noqa: E402
 

@@ -16,11 +16,11 @@ from capture.format import FILE_HEADER
 from capture.reader import read_records
 from capture.settings import CaptureSettings
 from capture.writer import effective_config
-from messages.chain import ChainFailure, CreditAccount, Lease, LeaseItem
+from messages.chain import CreditAccount, Lease, LeaseItem
 from messages.chain_actor import CreditCall
 from messages.codec import encode
 from messages.coins import Coin
-from messages.credit import CreditRead, CreditReadFailed
+from messages.credit import CreditRead
 from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
