@@ -577,23 +577,6 @@ class CaptureDecoder:
                     return obj
             return other_ext(code, data)
 
-        def ext_marks(values: tuple[Any, ...]) -> Any:
-            if values:
-                t = type(values[0])
-                if t is type_ref:
-                    ref = values[0]
-                    if ref.error is None:
-                        try:
-                            return ref.build(values)
-                        except CodecError as exc:
-                            self.problems.append(exc)
-                            return bad
-                    self.problems.append(ref.error)
-                    return bad
-                if t is define_mark:
-                    return define(values[0], values)
-            return values
-
         def bin_marks(values: tuple[Any, ...]) -> Any:
             if values:
                 head = values[0]
@@ -608,6 +591,7 @@ class CaptureDecoder:
                     return define(head, values)
                 else:
                     return values
+                # The build, inline: this runs once per message read.
                 if ref.error is None:
                     try:
                         return ref.build(values)
@@ -616,6 +600,12 @@ class CaptureDecoder:
                         return bad
                 self.problems.append(ref.error)
                 return bad
+            return values
+
+        def ext_marks(values: tuple[Any, ...]) -> Any:
+            # Formats 1 and 2: a bin at the head is a value; only an ext mark makes a message.
+            if values and type(values[0]) is not bytes:
+                return bin_marks(values)
             return values
 
         bin_define = self._bin_define

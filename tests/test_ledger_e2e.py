@@ -392,17 +392,31 @@ def test_killed_and_restarted_the_zero_balance_grace_window_keeps_its_start(cras
     assert crash.zero_since + window <= crash.l3_closed_at < crash.restarted_at + window
 
 
-def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
-    """The page was applied but its answer never came: looked up by its tx hash, it is booked."""
+def _withdraw_world(*prices: int) -> tuple[Chain, list[str]]:
+    """A chain an hour into a rich tenant's leases at ``prices``, and the hashes of the withdraw txs it will apply."""
     chain = Chain(utc(2026, 3, 1))
     chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    chain.lease(RICH, [item(3)])
-    chain.lease(RICH, [item(5)])
+    for price in prices:
+        chain.lease(RICH, [item(price)])
     withdraw_txs: list[str] = []
     chain.model.subscribe(
         lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
     )
     chain.clock.advance(3600)
+    return chain, withdraw_txs
+
+
+def _booked(ledger: Ledger, tx_hash: str) -> tuple[int, int]:
+    """How many withdrawal rows and settlement rows the books hold for ``tx_hash``."""
+    with ledger.read() as conn:
+        w = conn.execute("SELECT COUNT(*) FROM withdrawals WHERE tx_hash = ?", (tx_hash,)).fetchone()[0]
+        s = conn.execute("SELECT COUNT(*) FROM settlements WHERE tx_hash = ?", (tx_hash,)).fetchone()[0]
+    return w, s
+
+
+def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
+    """The page was applied but its answer never came: looked up by its tx hash, it is booked."""
+    chain, withdraw_txs = _withdraw_world(3, 5)
     life = Life(chain, tmp_path / "ledger.sqlite")
     life.client.faults.lose_answer("withdraw_by_provider")
     # Up to the first withdraw: applied on chain, its answer lost.
@@ -410,28 +424,15 @@ def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
     [lost] = withdraw_txs
     assert life.client.pages == []
 
-    def booked(tx: str) -> tuple[int, int]:
-        with life.ledger.read() as conn:
-            w = conn.execute("SELECT COUNT(*) FROM withdrawals WHERE tx_hash = ?", (tx,)).fetchone()[0]
-            s = conn.execute("SELECT COUNT(*) FROM settlements WHERE tx_hash = ?", (tx,)).fetchone()[0]
-        return w, s
-
-    assert booked(lost)[0] == 0  # not yet: the first lookup is due
+    assert _booked(life.ledger, lost)[0] == 0  # not yet: the first lookup is due
     life.run_until(chain.clock.now() + timedelta(minutes=1))
-    assert booked(lost) == (1, 2)  # the page, and what it took from each of the two leases
+    assert _booked(life.ledger, lost) == (1, 2)  # the page, and what it took from each of the two leases
 
 
 
 def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path):
     """Restarted because the node was unreachable (what leaves a tx's outcome unknown): the tx is not forgotten."""
-    chain = Chain(utc(2026, 3, 1))
-    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    chain.lease(RICH, [item(3)])
-    withdraw_txs: list[str] = []
-    chain.model.subscribe(
-        lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
-    )
-    chain.clock.advance(3600)
+    chain, withdraw_txs = _withdraw_world(3)
     path = tmp_path / "ledger.sqlite"
     first = Life(chain, path)
     first.client.faults.lose_answer("withdraw_by_provider")
@@ -451,33 +452,19 @@ def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path
 
 def test_killed_while_the_client_waited_for_inclusion_the_restarted_sidecar_books_the_page(tmp_path):
     """The tx's hash reaches the books when it is signed: a death before any answer does not lose the page."""
-    chain = Chain(utc(2026, 3, 1))
-    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    chain.lease(RICH, [item(3)])
-    chain.lease(RICH, [item(5)])
-    withdraw_txs: list[str] = []
-    chain.model.subscribe(
-        lambda tx: withdraw_txs.append(tx.tx_hash) if any("withdraw" in e.type for e in tx.events) else None
-    )
-    chain.clock.advance(3600)
+    chain, withdraw_txs = _withdraw_world(3, 5)
     path = tmp_path / "ledger.sqlite"
     first = Life(chain, path, writes=VanishingWrites())
     first.client.vanish = True
     first.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
     [applied] = withdraw_txs  # on chain: the leases settled, the provider paid
 
-    def booked(life: Life) -> tuple[int, int]:
-        with life.ledger.read() as conn:
-            w = conn.execute("SELECT COUNT(*) FROM withdrawals WHERE tx_hash = ?", (applied,)).fetchone()[0]
-            s = conn.execute("SELECT COUNT(*) FROM settlements WHERE tx_hash = ?", (applied,)).fetchone()[0]
-        return w, s
-
-    assert booked(first)[0] == 0  # no answer came (the settlements are the in-process chain feed's)
+    assert _booked(first.ledger, applied)[0] == 0  # no answer came (the settlements are the in-process chain feed's)
     assert [w.tx_hash for w in first.ledger.withdraw_lookups()] == [applied]  # but the books know the tx
     first.kill()
     chain.clock.advance(30)
 
     second = Life(chain, path)
     second.run_until(chain.clock.now() + timedelta(minutes=1))
-    assert booked(second) == (1, 2)  # the page, and what it took from each of the two leases (not twice)
+    assert _booked(second.ledger, applied) == (1, 2)  # the page, and what it took from each of the two leases (not twice)
     assert second.ledger.withdraw_lookups() == []
