@@ -27,8 +27,10 @@ ledger fact, closed when the page's answer settles it (``settled``:
 booked, or refused before inclusion), kept when the answer hands the tx to
 the lookups. A sidecar that dies while the client waits, before any answer,
 thus looks the tx up at its next start instead of leaving its page out of
-the books. (What is left: a death in the few milliseconds between the
-signing and the ledger's commit of that fact.)
+the books. (What is left: a death between the signing and the ledger's
+next commit of that fact, which comes when the ledger's mailbox runs dry:
+milliseconds, up to about a second behind a large cycle's tenant states,
+where the client then waits a block or more for inclusion.)
 
 Every method takes ``now`` and returns effects.
 """
