@@ -398,14 +398,7 @@ class _Run:
         #: timeline lines of the deliveries handled since the replayer last took them
         self.out: list[Any] = []
 
-    # -- inputs of replayed cores (a bitmap: a run can hold millions) --------------------
-    def _mark_input(self, seq: int) -> None:
-        i = seq >> 3
-        bm = self.inputs_bitmap
-        if i >= len(bm):
-            bm.extend(bytes(i - len(bm) + 4096))
-        bm[i] |= 1 << (seq & 7)
-
+    # -- inputs of replayed cores (a bitmap: a run can hold millions; _feed marks them) ---
     def _was_input(self, seq: int) -> bool:
         i = seq >> 3
         bm = self.inputs_bitmap
@@ -592,7 +585,7 @@ class _Run:
         address = rec.recipient
         seq = rec.seq
         self.inputs += 1
-        i = seq >> 3  # _mark_input, inline: once per input
+        i = seq >> 3  # mark the input in the bitmap (``_was_input`` reads it)
         bm = self.inputs_bitmap
         if i >= len(bm):
             bm.extend(bytes(i - len(bm) + 4096))
