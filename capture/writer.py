@@ -513,6 +513,10 @@ class CaptureWriter:
         if not declared:
             return None
         self._encoder.take_new()  # a new file declares them all
+        return self._types_frame(declared)
+
+    def _types_frame(self, declared: list[Any]) -> bytes:
+        """A framed ``TYPES`` record declaring ``declared``."""
         return frame(self._encoder.encode((KIND_TYPES, [t.to_wire() for t in declared])))
 
     def _write(self, batch: list[Delivery]) -> None:
@@ -542,7 +546,7 @@ class CaptureWriter:
             enc.new_file()
             body = enc.encode((KIND_DELIVERIES, rows))
         new = enc.take_new()
-        types = frame(enc.encode((KIND_TYPES, [t.to_wire() for t in new]))) if new else None
+        types = self._types_frame(new) if new else None
         try:
             self._sink.add(frame(body), rows[0][1], records=len(rows), types=types)  # type: ignore[union-attr]
             self.records += len(rows)
@@ -586,8 +590,7 @@ class CaptureWriter:
         sink = self._sink
         assert sink is not None
         monotonic = self._monotonic
-        wake_at = self._wake_at
-        batch_size = 1 if self.settings.flush == "record" else BATCH_RECORDS
+        wake_at = batch_size = self._wake_at  # a full batch wakes the writer, and is what one frame holds
         gathering_since: float | None = None
         controls_taken = 0  # flush marks and the close taken from the queue (see _controls_put)
         gather_s = self._gather_s
