@@ -183,9 +183,7 @@ class DeliveryRecord(Delivery):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DeliveryRecord):
             return NotImplemented
-        return (self.seq, self.at, self.sender, self.recipient, self.cause, self.message) == (
-            other.seq, other.at, other.sender, other.recipient, other.cause, other.message
-        )
+        return tuple.__eq__(self, other)  # both are (seq, at, sender, recipient, cause, message)
 
     __hash__ = None  # type: ignore[assignment]
 
