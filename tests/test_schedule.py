@@ -212,7 +212,7 @@ def test_a_failed_withdraw_waits_the_interval_rather_than_waking_at_once() -> No
 
     core = SchedulerDecisions(settings(), PROVIDER)
     core.handle(StartSchedule(), T0)
-    out = core.handle(Wake("interval", core.wake_token), T0 + timedelta(hours=1))
+    core.handle(Wake("interval", core.wake_token), T0 + timedelta(hours=1))
     busy = ChainFailure("withdraw", "withdraw cycle 1 still running")
     core.handle(WithdrawFinished(core.cycle.id, 0, (), 0, (), error=busy), T0 + timedelta(hours=1))
     out = core.handle(ActiveLeasesRead(core.cycle.id, ()), T0 + timedelta(hours=1))
