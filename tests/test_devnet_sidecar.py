@@ -142,10 +142,11 @@ def test_leases_opened_and_closed_during_a_websocket_gap_are_reconciled(h: Harne
     w.lease(b)
     h.start()
     before = h.reconciles()
-    w.devnet.websocket_server.drop_all()
+    w.devnet.websocket_server.freeze_all()  # nothing is pushed to the listener from here on
     c = w.tenant("c")
-    c_lease = w.lease(c)  # its events go nowhere: the listener is reconnecting
+    c_lease = w.lease(c)  # its events go nowhere, whatever the threads' timing
     w.model.close_leases(a, [a_lease], "tenant left")
+    w.devnet.websocket_server.drop_all()  # then the connection goes: the listener reconnects
     wait_until(lambda: h.reconciles() > before, timeout=10, what="a reconnect")
     h.settle()
     chain = {}
