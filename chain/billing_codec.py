@@ -64,6 +64,11 @@ def time_from_proto(ts: Timestamp, present: bool = True) -> datetime | None:
     return ts.ToDatetime(tzinfo=timezone.utc)
 
 
+def time_to_rfc3339(value: datetime) -> str:
+    """A time as CometBFT writes it in JSON and in ``TxResponse.timestamp``: UTC, to the microsecond."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def time_to_proto(value: datetime) -> Timestamp:
     ts = Timestamp()
     ts.FromDatetime(value)

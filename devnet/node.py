@@ -47,7 +47,7 @@ from decimal import Decimal
 from google.protobuf.any_pb2 import Any as ProtoAny
 from google.protobuf.message import DecodeError
 
-from chain.billing_codec import coins_to_proto, time_to_proto
+from chain.billing_codec import coins_to_proto, time_to_proto, time_to_rfc3339
 from chain.billing_pb import tx_pb2 as billing_tx
 from chain.errors import (
     SDK,
@@ -548,7 +548,7 @@ class DevnetNode:
             height=height,
             txhash=tx.txhash,
             gas_wanted=tx.gas_limit,
-            timestamp=block_time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            timestamp=time_to_rfc3339(block_time),  # to the microsecond: a settlement's time is the block's
         )
         response.tx.Pack(
             tx_pb2.Tx(body=tx.body, auth_info=tx.auth_info, signatures=list(tx.tx_raw.signatures)),

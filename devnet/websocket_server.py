@@ -43,13 +43,14 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Callable
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from chain.billing_codec import time_to_rfc3339
 from chain.model import BillingModel, TxEvents
 from chain.ws_query import Query, QueryError, parse_query
 from messages.chain import NodeStatus
@@ -156,10 +157,6 @@ class _EncodedTx:
                 + ',"events":' + json.dumps(self.index, separators=(",", ":"))
             )
         return self._body
-
-
-def _rfc3339(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class WebsocketServer:
@@ -543,7 +540,7 @@ class WebsocketServer:
             "node_info": {"network": self.model.chain_id, "moniker": "leasewarden-devnet"},
             "sync_info": {
                 "latest_block_height": str(status.latest_block_height),
-                "latest_block_time": _rfc3339(status.latest_block_time),
+                "latest_block_time": time_to_rfc3339(status.latest_block_time),
                 "catching_up": status.catching_up,
             },
         }

@@ -101,3 +101,17 @@ def test_lease_round_trips_through_proto() -> None:
         closure_reason="credit depleted",
     )
     assert lease_from_proto(types_pb2.Lease.FromString(lease_to_proto(lease).SerializeToString())) == lease
+
+
+def test_block_times_keep_their_microseconds_through_rfc3339():
+    """A settlement's time is its block's: a truncated second could move it into the month before."""
+    from datetime import datetime, timedelta, timezone
+
+    from chain.billing_codec import time_to_rfc3339
+    from chain.cosmpy_client import parse_block_time
+
+    last = datetime(2026, 3, 31, 23, 59, 59, 999_999, tzinfo=timezone.utc)
+    assert time_to_rfc3339(last) == "2026-03-31T23:59:59.999999Z"
+    assert parse_block_time(time_to_rfc3339(last)) == last
+    paris = last.astimezone(timezone(timedelta(hours=2)))
+    assert time_to_rfc3339(paris) == "2026-03-31T23:59:59.999999Z"
