@@ -223,8 +223,6 @@ class CosmpyChainClient:
         #: One signer, one writer: held for the whole life of a tx.
         self._tx_lock = threading.Lock()
         self._account: _Account | None = None
-        #: Txs accepted by the node (for tests and metrics: retries are not counted).
-        self.broadcasts = 0
 
     @classmethod
     def from_settings(
@@ -330,11 +328,6 @@ class CosmpyChainClient:
             latest_block_time=time_from_proto(header.time),
             catching_up=syncing.syncing,
         )
-
-    def node_chain_id(self) -> str:
-        """The chain id the node says it runs (``GetNodeInfo``'s network)."""
-        r = self._query("node_chain_id", self._tendermint.GetNodeInfo, tm_query.GetNodeInfoRequest())
-        return r.default_node_info.network
 
     # -- transactions -------------------------------------------------------------
     def withdraw_by_provider(
@@ -483,7 +476,6 @@ class CosmpyChainClient:
                     raise self._tx_error(operation, response)
                 # The node holds the tx (accepted now, or earlier with the same bytes).
                 account.sequence += 1
-                self.broadcasts += 1
                 included = self._await_inclusion(operation, txhash)
                 if included.code != 0:
                     if included.codespace == SDK and included.code == SDK_SEQUENCE_MISMATCH:

@@ -64,7 +64,3 @@ class NodeSettings:
             raise ValueError(f"websocket_url: expected ws://... or wss://..., got {self.websocket_url!r}")
         if self.key_file and self.key_env:
             raise ValueError("key_file and key_env: give one source of the provider key, not both")
-
-    @property
-    def gas_price_decimal(self) -> Decimal:
-        return Decimal(self.gas_price)

@@ -227,8 +227,8 @@ class DevnetNode:
         self._mempool: list[_Pending] = []
         #: Recently seen tx hashes (pending and included), oldest first.
         self._cache: dict[str, None] = {}
+        #: Included txs by hash, in block order (a dict keeps the order of insertion).
         self._included: dict[str, abci_pb2.TxResponse] = {}
-        self._included_order: list[str] = []
         self._raw: dict[str, bytes] = {}
         self._timer: TimerHandle | None = None
         self._last_block_height = 0
@@ -600,7 +600,6 @@ class DevnetNode:
     def _store(self, response: abci_pb2.TxResponse, raw: bytes) -> None:
         self._included[response.txhash] = response
         self._raw[response.txhash] = raw
-        self._included_order.append(response.txhash)
 
     # -- reads ------------------------------------------------------------------
     def get_tx(self, txhash: str) -> abci_pb2.TxResponse | None:
@@ -615,7 +614,7 @@ class DevnetNode:
     def included_txs(self) -> list[abci_pb2.TxResponse]:
         """Every included tx, in block order (tests count landings with it)."""
         with self._lock:
-            return [self._included[h] for h in self._included_order]
+            return list(self._included.values())
 
     def mempool_size(self) -> int:
         with self._lock:

@@ -222,12 +222,10 @@ class WebsocketServer:
         self._drain_scheduled = False
         self._clients = set()
         loop = asyncio.new_event_loop()
-        bound: "asyncio.Future[int] | None" = None
         ready = threading.Event()
         failure: list[BaseException] = []
 
         def run() -> None:
-            nonlocal bound
             asyncio.set_event_loop(loop)
             try:
                 loop.run_until_complete(self._bind())
