@@ -92,7 +92,7 @@ PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 Trial = Any  # (events/s, events per CPU second, the capture writer or None)
 
 
-def _cycles(running: Any, cycle: Any, capture_dir: str | None) -> tuple[float, float, Any]:
+def _cycles(running: Any, cycle: Any) -> tuple[float, float, Any]:
     """Run ``cycle()`` back to back for ``TRIAL_S`` s on a built sidecar; its events/s and events per CPU s."""
     dispatcher = running.dispatcher
     try:
@@ -132,7 +132,7 @@ def model_trial(capture_dir: str | None) -> Trial:
         if not sidecar.withdraw_once(timeout=60):
             raise RuntimeError("a cycle did not finish")
 
-    return _cycles(running, cycle, capture_dir)
+    return _cycles(running, cycle)
 
 
 def node_trial(node: dict[str, str], capture_dir: str | None) -> Trial:
@@ -154,7 +154,7 @@ def node_trial(node: dict[str, str], capture_dir: str | None) -> Trial:
             if not sidecar.wait_cycles_after(before, timeout=120):
                 raise RuntimeError("a check cycle did not finish")
 
-        return _cycles(running, cycle, capture_dir)
+        return _cycles(running, cycle)
     finally:
         clock.close()
 

@@ -23,9 +23,9 @@ ENDPOINT_LINES = ("gRPC", "websocket", "provider key file")
 
 
 @contextmanager
-def devnet_process(provider: str, tenants: int, *, leases_per_tenant: int = 1, latency_ms: float = 0.0,
-                   speed: float = 1.0) -> Iterator[dict[str, str]]:
-    """Run a devnet with ``tenants`` healthy tenants; yield its endpoints (``ENDPOINT_LINES``) and ``config``.
+def devnet_process(provider: str, tenants: int, *, leases_per_tenant: int = 1,
+                   latency_ms: float = 0.0) -> Iterator[dict[str, str]]:
+    """Run a devnet with ``tenants`` healthy tenants on a real-time clock; yield its endpoints (``ENDPOINT_LINES``) and ``config``.
 
     ``config`` is the path of the devnet's config file, ``[provider]``
     included, for the sidecar to load with its own overrides.
@@ -35,7 +35,7 @@ def devnet_process(provider: str, tenants: int, *, leases_per_tenant: int = 1, l
         with open(conf, "w") as fh:
             fh.write(
                 f'[provider]\nuuid = "{provider}"\n[devnet]\nlatency = "{latency_ms:g}ms"\n'
-                f"[demo]\nspeed = {speed:g}\nhealthy_tenants = {tenants}\ndraining_tenants = 0\n"
+                f"[demo]\nspeed = 1\nhealthy_tenants = {tenants}\ndraining_tenants = 0\n"
                 f"failing_tenants = 0\nleases_per_tenant = {leases_per_tenant}\nother_provider_interval = \"0s\"\n"
             )
         devnet = subprocess.Popen(
