@@ -1,4 +1,4 @@
-"""Shared fixtures: a manual clock, a manual dispatcher, the chain model."""
+"""Shared fixtures: a manual clock, a devnet world, no actor left behind."""
 
 from __future__ import annotations
 
@@ -11,6 +11,19 @@ from runtime.clock import ManualClock, utc
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(utc(2026, 3, 1))
+
+
+@pytest.fixture
+def world():
+    """A devnet world for one test (``tests.devnet_harness.make_world()``), closed after it.
+
+    A module with a ``world`` fixture of its own uses that one instead.
+    """
+    from tests.devnet_harness import make_world  # the devnet and cosmpy: only for the tests that ask
+
+    w = make_world()
+    yield w
+    w.close()
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import pytest
-
 from actors.chain_actor import ChainActor
 from actors.chain_io import ChainIO, InlineExecutor
 from actors.ledger_writer import start_ledger_writer
@@ -35,15 +33,8 @@ from messages.scheduler import ClosuresFlushed, WithdrawFinished
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher
 from runtime.router import CHAIN, SCHEDULER, Router
-from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World
 from tests.support import probe, settings
-
-
-@pytest.fixture
-def world():
-    w = make_world()
-    yield w
-    w.close()
 
 
 def by_lease(settlements) -> dict[str, dict[str, int]]:

@@ -16,14 +16,7 @@ from chain.billing_pb import tx_pb2 as billing_tx
 from chain.errors import BILLING, LEASE_NOT_ACTIVE, SDK, ChainError
 from chain.model import TxEvents
 from messages.coins import Coin, coins
-from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
-
-
-@pytest.fixture
-def world():
-    w = make_world()
-    yield w
-    w.close()
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, wait_until
 
 
 def _withdraw_txs(world: World) -> list:

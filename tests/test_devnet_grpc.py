@@ -28,13 +28,6 @@ from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_p
 from tests.devnet_harness import PROVIDER, World, make_world, wait_until
 
 
-@pytest.fixture
-def world():
-    w = make_world()
-    yield w
-    w.close()
-
-
 class Raw:
     """Plain gRPC stubs and a hand signer for the devnet's provider account."""
 
