@@ -67,6 +67,7 @@ __all__ = [
     "KIND_FILE_PART",
     "KIND_RUN_END",
     "KIND_TYPES",
+    "KIND_OPAQUE_NESTED",
 ]
 
 FILE_MAGIC = b"LWCAP\r\n\x1a"
@@ -74,6 +75,8 @@ FILE_MAGIC = b"LWCAP\r\n\x1a"
 #: refuses files written with a newer version instead of misreading them.
 #: Version 2 added interned objects (``capture.wire``: definitions and
 #: back-references); a version 1 file is a version 2 file without them.
+#: (The very first version 1 builds wrote another, nested layout under the
+#: same number; a reader reports such a file as an older format.)
 #: Version 3 writes type and definition marks as bins instead of exts
 #: (``capture.wire``: a quarter of the encoding cost). This build reads all
 #: three; versions below ``OLDEST_FORMAT_VERSION`` are refused as older
@@ -90,6 +93,9 @@ KIND_RUN_START = 1
 KIND_FILE_PART = 2
 KIND_RUN_END = 3
 KIND_TYPES = 5
+#: An opaque delivery in the nested layout of the first format 1 builds; the
+#: kind is not reused, so a reader can say such a file is older than it reads.
+KIND_OPAQUE_NESTED = 4
 
 
 def frame_crc(length: int, body: bytes | memoryview) -> int:

@@ -51,6 +51,7 @@ from capture.format import (
     KIND_FILE_PART,
     KIND_RUN_END,
     KIND_RUN_START,
+    KIND_OPAQUE_NESTED,
     KIND_TYPES,
     DeliveryRecord,
     FilePart,
@@ -59,7 +60,7 @@ from capture.format import (
     RunStart,
     frame_crc,
 )
-from capture.wire import CaptureDecoder, OpaqueMessage, contains_bad
+from capture.wire import CaptureDecoder, NestedLayout, OpaqueMessage, contains_bad
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
 
 __all__ = ["Entry", "Batch", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
@@ -164,7 +165,16 @@ def capture_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 _new_record = tuple.__new__
 
 
+#: What a record of the first format 1 builds' layout is told as.
+_NESTED_LAYOUT = (
+    "written in the nested layout of the first format 1 builds (one record per delivery, messages in the "
+    "codec's form), which this build no longer reads; replay it with a build from before the flat layout"
+)
+
+
 def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> CaptureError:
+    if isinstance(exc, NestedLayout):
+        return OlderCaptureFormat(path, offset, f"{where}{_NESTED_LAYOUT}")
     if isinstance(exc, UnknownMessageType):
         return UnknownTypeInCapture(path, offset, f"{where}{exc}")
     if isinstance(exc, NewerSchemaVersion):
@@ -197,6 +207,8 @@ class _Decoding:
         if type(value) is not tuple or not value or type(value[0]) is not int:
             raise CorruptRecord(path, offset, "record body is not [kind, ...]")
         kind = value[0]
+        if kind == KIND_OPAQUE_NESTED or (kind == KIND_DELIVERIES and len(value) == 7):
+            raise OlderCaptureFormat(path, offset, _NESTED_LAYOUT)  # [0|4, seq, at, sender, recipient, cause, m]
         if kind == KIND_DELIVERIES:
             if len(value) != 2 or type(value[1]) is not tuple:
                 raise CorruptRecord(path, offset, "deliveries record is not [0, [...]]")

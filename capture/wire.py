@@ -78,9 +78,12 @@ import msgpack
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode_big_int, registry
 
 __all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "BAD", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
-           "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED", "BIN_MARKS_SINCE"]
+           "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED", "BIN_MARKS_SINCE", "NestedLayout"]
 
 #: ext codes inside capture bodies; part of the capture file format.
+#: The codec's own message ext: what the first format 1 builds wrote, before
+#: the flat layout with a type table. Recognised only to say so.
+EXT_NESTED_MESSAGE = 1
 EXT_BIG_INT = 2  # the codec's: decimal digits of an int outside 64 bits
 #: Format 2's type mark: an index into the file's type table (2 bytes,
 #: big-endian). Format 3 writes the same 2 bytes as a bin; both are read.
@@ -390,6 +393,10 @@ class CaptureEncoder:
         return new
 
 
+class NestedLayout(CodecError):
+    """A body in the nested layout the first format 1 builds wrote (before the flat one)."""
+
+
 class _Bad:
     """Stands in for a value that could not be decoded; the error is in ``CaptureDecoder.problems``."""
 
@@ -675,6 +682,8 @@ class CaptureDecoder:
                 return OpaqueMessage(data.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 raise CodecError("malformed opaque type name") from exc
+        if code == EXT_NESTED_MESSAGE:
+            raise NestedLayout("a message in the codec's nested form")
         raise CodecError(f"unknown ext type {code}")
 
     def _define(self, define: _Define, values: tuple[Any, ...]) -> Any:

@@ -399,3 +399,19 @@ def test_fuzz_bodies_with_interned_objects(tmp_path):
         reader = CaptureReader([target], skip_bad=True)
         got = list(reader)
         assert len(got) <= 2 and all(type(e.record) is DeliveryRecord for e in got)
+
+
+def test_a_file_in_the_first_nested_layout_is_called_older_not_corrupt(tmp_path):
+    """The first format 1 builds wrote one record per delivery, messages in the codec's ext form."""
+    at = utc(2026, 3, 1)
+    nested = tmp_path / "nested.lwcap"
+    offsets = _write_raw(nested, [
+        msgpack.packb([0, 1, at, "chain-io", "tenant/x", 0, msgpack.ExtType(1, b"\x93\xa4coin\x01\x80")], datetime=True),
+        msgpack.packb([4, 2, at, "chain-io", "tenant/x", 1, "some.Type"], datetime=True),
+        msgpack.packb([0, 3, at, "chain-io", "tenant/x", 2, 7], datetime=True),
+    ], version=1)
+    with pytest.raises(OlderCaptureFormat, match="nested layout") as err:
+        read_records([nested])
+    assert err.value.path == str(nested) and err.value.offset == offsets[1]
+    reader = CaptureReader([nested], skip_bad=True)
+    assert list(reader) == [] and reader.skipped.by_kind == {"older-format": 3}
