@@ -113,19 +113,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_devnet(args: argparse.Namespace) -> int:
     """The embedded devnet alone, for a sidecar in another process to be pointed at."""
-    from chain.model import BillingModel
-    from devnet.demo import DemoWorld
-    from devnet.embedded import start_devnet
+    from sidecar.runner import demo_devnet
 
     config = load(args)
     clock = RealClock(speed=config.demo.speed)
     _setup_logging(clock, args.log_level)
-    model = BillingModel(clock, config.chain.chain_id)
-    devnet = start_devnet(config, clock, model)
-    world = DemoWorld(model, clock, config.demo, config.provider.uuid, devnet.provider_address)
-    world.seed()
-    if world.tenants.failing:
-        devnet.faults.fail_for("CreditAccount", frozenset(world.tenants.failing))
+    _, devnet, world = demo_devnet(config, clock)
     world.start()
     print(f"devnet up, chain id {devnet.chain_id}, clock {config.demo.speed:g}x")
     print(f"  gRPC:              {devnet.grpc_url}")

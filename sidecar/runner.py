@@ -170,18 +170,32 @@ def _model_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     )
 
 
-def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
+def demo_devnet(config: Config, clock: Clock, seed: bool = True) -> tuple[BillingModel, Any, DemoWorld]:
+    """A chain model behind the embedded devnet, and its demo world (seeded unless ``seed`` is false).
+
+    The world's failing tenants get their credit reads failed by the devnet.
+    On an error the devnet is stopped again.
+    """
     from devnet.embedded import start_devnet
 
     model = BillingModel(clock, config.chain.chain_id)
     devnet = start_devnet(config, clock, model)
-    closers: list[Callable[[], None]] = [devnet.stop]
     try:
         world = DemoWorld(model, clock, config.demo, config.provider.uuid, devnet.provider_address)
-        if demo:
+        if seed:
             world.seed()
             if world.tenants.failing:
                 devnet.faults.fail_for("CreditAccount", frozenset(world.tenants.failing))
+    except BaseException:
+        devnet.stop()
+        raise
+    return model, devnet, world
+
+
+def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
+    model, devnet, world = demo_devnet(config, clock, seed=demo)
+    closers: list[Callable[[], None]] = [devnet.stop]
+    try:
         # The client waits for inclusion in real time; on an accelerated clock
         # a block is block_time / speed of real time, so poll a few times per
         # block rather than every tx_poll_interval (200 ms is a minute of
