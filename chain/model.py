@@ -92,6 +92,10 @@ class TxEvents:
     time: datetime
     events: tuple[ChainEvent, ...]
 
+    def pairs(self) -> list[tuple[str, dict[str, str]]]:
+        """The events as ``(type, {key: value})``, the form the event parsers read (``chain.events``)."""
+        return [(e.type, dict(e.attributes)) for e in self.events]
+
 
 @dataclass(frozen=True)
 class WithdrawResult:

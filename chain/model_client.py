@@ -111,7 +111,7 @@ class ModelChainClient:
                 settled: tuple = ()
             else:
                 tx_hash = tx.tx_hash
-                settled = tuple(settlements_in_tx(tx.tx_hash, tx.time, _pairs(tx), provider_uuid=provider_uuid))
+                settled = tuple(settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), provider_uuid=provider_uuid))
             page = WithdrawPage(
                 tx_hash=tx_hash,
                 total_amounts=r.total_amounts,
@@ -163,7 +163,7 @@ class ModelChainClient:
         def send() -> CloseOutcome:
             r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))
             assert tx is not None, "a close that succeeded emits its lease_closed events"
-            settled = settlements_in_tx(tx.tx_hash, tx.time, _pairs(tx), lease_uuids=set(lease_uuids))
+            settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             return CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
 
         return self._call("close_leases", tuple(lease_uuids), send)
@@ -180,7 +180,3 @@ class ModelChainClient:
 
     def close(self) -> None:
         self.faults.close()
-
-
-def _pairs(tx: TxEvents) -> list[tuple[str, dict[str, str]]]:
-    return [(e.type, dict(e.attributes)) for e in tx.events]

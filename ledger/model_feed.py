@@ -68,7 +68,7 @@ class ModelLedgerFeed:
     def _on_tx(self, tx: TxEvents) -> None:
         if not self.active:
             return
-        pairs = [(e.type, dict(e.attributes)) for e in tx.events]
+        pairs = tx.pairs()
         for ev in lease_events_from_tx(pairs, tx.height):
             if ev.provider_uuid == self.provider_uuid and ev.kind != "created":
                 self._tell(LeaseObserved(tx.time, self.model.lease(ev.lease_uuid)))

@@ -69,7 +69,7 @@ class ModelEventFeed:
     def _on_tx(self, tx: TxEvents) -> None:
         if not self.active:
             return
-        events = lease_events_from_tx(((e.type, dict(e.attributes)) for e in tx.events), tx.height, tx.tx_hash)
+        events = lease_events_from_tx(tx.pairs(), tx.height, tx.tx_hash)
         with sending_as(LISTENER):
             for ev in events:
                 self.router.tell(SCHEDULER, LeaseEventReceived(ev))
