@@ -110,8 +110,9 @@ _LOST_BROADCAST_RESENDS = 3
 #: means the connection is being re-established).
 _RESEND_BACKOFF = 0.05
 
-#: A node's tx timestamp: date and time, optional fraction (nanoseconds on
-#: CometBFT, more digits than ``fromisoformat`` takes before 3.11), zone.
+#: A node's tx timestamp, RFC 3339 only: date and time, optional fraction
+#: (nanoseconds on CometBFT), a zone. ``fromisoformat`` alone would also take
+#: forms no node writes (a naive date, ISO basic format) as a block time.
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})")
 
 MSG_WITHDRAW_RESPONSE = "/liftedinit.billing.v1.MsgWithdrawResponse"
