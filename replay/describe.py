@@ -188,13 +188,18 @@ def outside_input(m: Any) -> str | None:
     return describe(m) if describe is not None else None
 
 
-def describes_decision(cls: type) -> bool:
-    """Whether ``decision`` has a line for messages of type ``cls``."""
-    return issubclass(cls, BillingTickDue)
+#: Decisions that no core note already tells, and their lines (month steps go to the ledger).
+_DECISIONS: dict[type, Callable[[Any], str | None]] = {
+    BillingTickDue: lambda m: f"billing tick: the ledger steps the billing months due at {when(m.at)}",
+}
+
+
+def decision_describer(cls: type) -> Callable[[Any], str | None] | None:
+    """What makes the line for a decision of type ``cls`` (None: it gets none)."""
+    return _DECISIONS.get(cls)
 
 
 def decision(m: Any) -> str | None:
-    """A line for a decision that no core note already tells (month steps go to the ledger)."""
-    if isinstance(m, BillingTickDue):
-        return f"billing tick: the ledger steps the billing months due at {when(m.at)}"
-    return None
+    """A line for a decision that no core note already tells."""
+    describe = decision_describer(type(m))
+    return describe(m) if describe is not None else None

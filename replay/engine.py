@@ -329,27 +329,10 @@ def _message_tenant(m: Any) -> str:
     return getattr(ev, "tenant", "") if ev is not None else ""
 
 
+#: ``describe``'s line makers by message type, looked up once per type (None: no line).
 _OUTSIDE_BY_TYPE: dict[type, Any] = {}
+_DECISION_BY_TYPE: dict[type, Any] = {}
 _ASK = object()  # not looked up yet
-_DECISION_BY_TYPE: dict[type, bool] = {}
-
-
-def _outside_describer(cls: type) -> Callable[[Any], str | None] | None:
-    """``describe``'s line maker for an outside input of type ``cls`` (looked up once per type)."""
-    try:
-        return _OUTSIDE_BY_TYPE[cls]
-    except KeyError:
-        tell = _OUTSIDE_BY_TYPE[cls] = describe.outside_describer(cls)
-        return tell
-
-
-def _tells_decision(cls: type) -> bool:
-    """Whether ``describe.decision`` has a line for messages of type ``cls`` (asked once per type)."""
-    try:
-        return _DECISION_BY_TYPE[cls]
-    except KeyError:
-        tells = _DECISION_BY_TYPE[cls] = describe.describes_decision(cls)
-        return tells
 
 
 def _same(expected: Any, record: DeliveryRecord) -> bool:
@@ -598,7 +581,7 @@ class _Run:
             cls = type(rec.message)
             tell = _OUTSIDE_BY_TYPE.get(cls, _ASK)
             if tell is _ASK:
-                tell = _outside_describer(cls)
+                tell = _OUTSIDE_BY_TYPE[cls] = describe.outside_describer(cls)
             if tell is not None:
                 text = tell(rec.message)
                 if text is not None:
@@ -650,11 +633,11 @@ class _Run:
                         q.append(expected)
                     self.pending_immediate += 1
                     cls = type(eff.message)
-                    tells = _DECISION_BY_TYPE.get(cls)
-                    if tells is None:
-                        tells = _tells_decision(cls)
-                    if tells:
-                        text = describe.decision(eff.message)
+                    tell = _DECISION_BY_TYPE.get(cls, _ASK)
+                    if tell is _ASK:
+                        tell = _DECISION_BY_TYPE[cls] = describe.decision_describer(cls)
+                    if tell is not None:
+                        text = tell(eff.message)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
                 else:

@@ -392,3 +392,13 @@ def test_the_collector_setting_is_raised_while_replays_run_and_restored_after(tm
     assert gc.get_threshold()[0] == max(before[0], REPLAY_GC_THRESHOLD)
     assert any(isinstance(e, RunEnds) for e in list(second))  # runs to its end
     assert gc.get_threshold() == before
+
+
+def test_a_billing_tick_decision_has_a_timeline_line_and_other_decisions_none():
+    from messages.ledger import BillingTickDue
+    from messages.scheduler import TenantChecked
+    from replay import describe
+
+    tick = BillingTickDue(utc(2026, 3, 1))
+    assert describe.decision(tick) == "billing tick: the ledger steps the billing months due at 2026-03-01 00:00:00"
+    assert describe.decision_describer(TenantChecked) is None and describe.decision(TenantChecked(1, "t")) is None
