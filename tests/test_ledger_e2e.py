@@ -35,11 +35,8 @@ from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher
 from sidecar.app import ModelEventFeed, Sidecar
 from sidecar.config import load_config
+from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, item
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-PROVIDER_ADDRESS = "manifest1provider"
-OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
-OTHER_ADDRESS = "manifest1other"
 RICH, POOR, SHARED = "manifest1rich", "manifest1poor", "manifest1shared"
 FEB, MAR = Month(2026, 2), Month(2026, 3)
 GRACE_HOURS = 6
@@ -49,10 +46,6 @@ LEDGER_SETTINGS = LedgerSettings(
     grace_hours=GRACE_HOURS, auto_finalize=False, tick_interval=timedelta(hours=1), synchronous="normal"
 )
 SCHEDULER = load_config().scheduler  # the seed's defaults: hourly withdraw, 5 min zero-balance grace
-
-
-def item(price: int, quantity: int = 1, denom: str = "umfx") -> LeaseItem:
-    return LeaseItem("sku-1", quantity, Coin(denom, price))
 
 
 class _Vanished(BaseException):
