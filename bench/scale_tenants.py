@@ -156,7 +156,10 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
         extra_router.remove(r.actor_inbox.actor.address if mode == "pooled" else "")  # type: ignore[attr-defined]
         r.stop(block=False)
     # Let those stops finish before timing cycles (pykka unregisters each in O(actors)).
+    deadline = time.monotonic() + 600
     while any(r.is_alive() for r in refs) or len(pykka.ActorRegistry.get_all()) > tenants + 10:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the start-up measurement's actors did not stop within 600 s")
         time.sleep(0.01)
 
     times = []
