@@ -60,7 +60,7 @@ from capture.format import (
     RunStart,
     frame_crc,
 )
-from capture.wire import CaptureDecoder, NestedLayout, OpaqueMessage, contains_bad
+from capture.wire import CaptureDecoder, NestedLayout, OpaqueMessage, first_undecodable
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
 
 __all__ = ["Entry", "Batch", "SkipCounts", "CaptureReader", "capture_files", "read_records"]
@@ -214,7 +214,6 @@ class _Decoding:
                 raise CorruptRecord(path, offset, "deliveries record is not [0, [...]]")
             out: list[Any] = []
             problems = decoder.problems
-            reported = 0
             for i, d in enumerate(value[1]):
                 if type(d) is not tuple or len(d) != 6:
                     self.clean = False
@@ -231,12 +230,12 @@ class _Decoding:
                     self.clean = False
                     out.append(CorruptRecord(path, offset, f"record {i} of the frame: delivery fields have the wrong types"))
                     continue
-                if problems and contains_bad(message):
-                    self.clean = False
-                    exc = problems[min(reported, len(problems) - 1)]
-                    reported += 1
-                    out.append(_codec_error(path, offset, exc, f"record {i} of the frame: "))
-                    continue
+                if problems:
+                    bad = first_undecodable(message)
+                    if bad is not None:
+                        self.clean = False
+                        out.append(_codec_error(path, offset, bad.error, f"record {i} of the frame: "))
+                        continue
                 if type(message) is OpaqueMessage:
                     out.append(OpaqueDelivery(seq, at, sender, recipient, cause, str(message)))
                 else:

@@ -77,7 +77,7 @@ import msgpack
 
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode_big_int, registry
 
-__all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "BAD", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
+__all__ = ["CaptureEncoder", "CaptureDecoder", "TypeDecl", "Undecodable", "OpaqueMessage", "EXT_TYPE_REF", "EXT_BIG_INT",
            "EXT_OPAQUE", "EXT_DEFINE", "EXT_OBJECT_REF", "opaque", "MAX_INTERNED", "BIN_MARKS_SINCE", "NestedLayout"]
 
 #: ext codes inside capture bodies; part of the capture file format.
@@ -397,18 +397,22 @@ class NestedLayout(CodecError):
     """A body in the nested layout the first format 1 builds wrote (before the flat one)."""
 
 
-class _Bad:
-    """Stands in for a value that could not be decoded; the error is in ``CaptureDecoder.problems``."""
+class Undecodable:
+    """Stands in for a value that could not be decoded, and says why (``error``).
 
-    __slots__ = ()
+    Each one carries its own error, rather than the record holding it
+    pointing into ``CaptureDecoder.problems`` by position: a record may hold
+    several, so counting them off that list in order would name the next
+    record's error for the wrong record.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: CodecError) -> None:
+        self.error = error
 
     def __repr__(self) -> str:
         return "<undecodable>"
-
-
-#: Placed where an undecodable message was, so one bad message does not
-#: cost the other records of its frame.
-BAD = _Bad()
 
 
 class _TypeRef:
@@ -542,12 +546,11 @@ class CaptureDecoder:
 
     def __init__(self, format: int = BIN_MARKS_SINCE) -> None:
         self._types: dict[bytes, _TypeRef] = {}
-        #: Interned objects of this file by object index (4 bytes), and why
-        #: the ones that could not be built failed.
+        #: Interned objects of this file by object index (4 bytes); one that
+        #: could not be built is its ``Undecodable``.
         self._objects: dict[bytes, Any] = {}
-        self._object_errors: dict[bytes, CodecError] = {}
         #: Errors met while decoding the last body, in order; the values they
-        #: concern were replaced by ``BAD``.
+        #: concern were replaced by ``Undecodable``s carrying them.
         self.problems: list[CodecError] = []
         self._ext_hook, self._ext_marks, self._bin_marks = self._hooks()
         self._list_hook = self._bin_marks if format >= BIN_MARKS_SINCE else self._ext_marks
@@ -556,7 +559,6 @@ class CaptureDecoder:
         """A new file (of capture format ``format``): its types and interned objects are declared afresh."""
         self._types.clear()  # cleared, not replaced: the hooks hold their look-ups
         self._objects.clear()
-        self._object_errors.clear()
         self._list_hook = self._bin_marks if format >= BIN_MARKS_SINCE else self._ext_marks
 
     def _hooks(
@@ -571,7 +573,8 @@ class CaptureDecoder:
         objects_get = self._objects.get
         other_ext = self._ext
         define = self._define
-        type_ref, define_mark, bad = _TypeRef, _Define, BAD
+        type_ref, define_mark, undecodable = _TypeRef, _Define, Undecodable
+        failed = self._failed
 
         def ext(code: int, data: bytes) -> Any:
             if code == EXT_TYPE_REF:
@@ -580,7 +583,7 @@ class CaptureDecoder:
                     return ref
             elif code == EXT_OBJECT_REF:
                 obj = objects_get(data)
-                if obj is not None and obj is not bad:
+                if obj is not None and type(obj) is not undecodable:
                     return obj
             return other_ext(code, data)
 
@@ -603,10 +606,8 @@ class CaptureDecoder:
                     try:
                         return ref.build(values)
                     except CodecError as exc:
-                        self.problems.append(exc)
-                        return bad
-                self.problems.append(ref.error)
-                return bad
+                        return failed(exc, values)
+                return failed(ref.error, values)
             return values
 
         def ext_marks(values: tuple[Any, ...]) -> Any:
@@ -661,12 +662,11 @@ class CaptureDecoder:
         if code == EXT_OBJECT_REF:
             obj = self._objects.get(data)
             if obj is None:
-                self.problems.append(
-                    CodecError(f"reference to object {int.from_bytes(data, 'big')}, which this file does not define before")
-                )
-                return BAD
-            if obj is BAD:
-                self.problems.append(self._object_errors[data])
+                error = CodecError(f"reference to object {int.from_bytes(data, 'big')}, which this file does not define before")
+                self.problems.append(error)
+                return Undecodable(error)
+            if type(obj) is Undecodable:
+                self.problems.append(obj.error)
             return obj
         if code == EXT_DEFINE:
             if len(data) != 6:
@@ -686,28 +686,35 @@ class CaptureDecoder:
             raise NestedLayout("a message in the codec's nested form")
         raise CodecError(f"unknown ext type {code}")
 
+    def _failed(self, error: CodecError, values: tuple[Any, ...]) -> Undecodable:
+        """A message that could not be built from ``values``: what stands in for it.
+
+        When one of its values was undecodable already (and made the build
+        fail), that one says why, not the failure it caused.
+        """
+        self.problems.append(error)
+        return first_undecodable(values) or Undecodable(error)
+
     def _define(self, define: _Define, values: tuple[Any, ...]) -> Any:
         ref, key = define.ref, define.key
         if key in self._objects:
             error = CodecError(f"object {int.from_bytes(key, 'big')} defined twice in one file")
             self.problems.append(error)
-            return BAD
-        error = ref.error
-        obj = BAD
-        if error is None:
+            return Undecodable(error)
+        obj: Any
+        if ref.error is not None:
+            obj = self._failed(ref.error, values)
+        else:
             try:
                 obj = ref.build(values)
             except CodecError as exc:
-                error = exc
-        if error is not None:
-            self.problems.append(error)
-            self._object_errors[key] = error
+                obj = self._failed(exc, values)
         if len(self._objects) < MAX_INTERNED:
             self._objects[key] = obj
         return obj
 
     def decode(self, data: bytes) -> Any:
-        """The value in ``data``; an undecodable message inside becomes ``BAD`` (see ``problems``).
+        """The value in ``data``; an undecodable message inside becomes an ``Undecodable`` (see ``problems``).
 
         Raises ``CodecError`` only when the bytes are not msgpack at all.
         """
@@ -728,20 +735,29 @@ class CaptureDecoder:
             raise CodecError(f"malformed msgpack: {exc}") from exc
 
 
-def contains_bad(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` holds ``BAD`` anywhere (only asked when a body had problems)."""
-    if value is BAD:
-        return True
+def first_undecodable(value: Any, depth: int = 0) -> Undecodable | None:
+    """The first ``Undecodable`` in ``value`` (depth first, in field order); None if it holds none.
+
+    Only asked when a body had problems.
+    """
+    if type(value) is Undecodable:
+        return value
     if depth > 64:
-        return False
+        return None
     if isinstance(value, tuple):
-        return any(contains_bad(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return any(contains_bad(k, depth + 1) or contains_bad(v, depth + 1) for k, v in value.items())
-    fields = getattr(type(value), "_message_fields", None)
-    if fields is not None:
-        return any(contains_bad(getattr(value, f), depth + 1) for f in fields)
-    return False
+        items: Any = value
+    elif isinstance(value, dict):
+        items = (x for kv in value.items() for x in kv)
+    else:
+        fields = getattr(type(value), "_message_fields", None)
+        if fields is None:
+            return None
+        items = (getattr(value, f) for f in fields)
+    for v in items:
+        found = first_undecodable(v, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
-__all__.append("contains_bad")
+__all__.append("first_undecodable")

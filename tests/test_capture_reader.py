@@ -216,6 +216,24 @@ def test_one_bad_delivery_in_a_batch_costs_only_itself(tmp_path):
     assert batches == [([1], 0), ([3], 2)]
 
 
+def test_each_bad_delivery_names_its_own_error_when_one_holds_several(tmp_path):
+    """Record 0 holds two undecodable messages: record 1's error is still record 1's own."""
+    path = tmp_path / "a.lwcap"
+    at = utc(2026, 3, 1)
+    _write_raw(path, [msgpack.packb([0, [
+        [1, at, "chain-io", "tenant/x", 0, ([_ref(7), "u"], [_ref(8), "v"])],
+        [2, at, "chain-io", "tenant/x", 0, [_ref(9), "w"]],
+        [3, at, "chain-io", "tenant/x", 0, "fine"],
+    ]], datetime=True)], types=[[7, "lease_teleported", 1, ["lease_uuid"]], [8, "lease_vanished", 1, ["lease_uuid"]],
+                                [9, "lease_doubled", 1, ["lease_uuid"]]])
+    reader = CaptureReader([path], skip_bad=True)
+    assert seqs(e.record for e in reader) == [3]
+    assert [str(p).split("byte ")[1].split(": ", 1)[1] for p in reader.skipped.problems] == [
+        "record 0 of the frame: unknown message type 'lease_teleported'",
+        "record 1 of the frame: unknown message type 'lease_doubled'",
+    ]
+
+
 def test_newer_schema_version_names_file_and_offset(tmp_path):
     path = tmp_path / "a.lwcap"
     offsets = _write_raw(path, [_delivery_body(1, [_ref(0), "umfx", 1])], types=[[0, "coin", 7, ["denom", "amount"]]])

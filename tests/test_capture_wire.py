@@ -16,7 +16,15 @@ import msgpack
 import pytest
 
 import messages  # noqa: F401  (registers every message type)
-from capture.wire import BAD, EXT_DEFINE, EXT_OBJECT_REF, EXT_TYPE_REF, CaptureDecoder, CaptureEncoder
+from capture.wire import (
+    EXT_DEFINE,
+    EXT_OBJECT_REF,
+    EXT_TYPE_REF,
+    CaptureDecoder,
+    CaptureEncoder,
+    Undecodable,
+    first_undecodable,
+)
 from messages.chain import Lease, LeaseItem
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType, decode, encode, registry
 from messages.coins import Coin
@@ -129,6 +137,11 @@ def _ref(index: int) -> msgpack.ExtType:
     return msgpack.ExtType(EXT_TYPE_REF, index.to_bytes(2, "big"))
 
 
+def _why(value):
+    """What an undecodable value says it is (its error), or the value itself."""
+    return value.error if type(value) is Undecodable else value
+
+
 def _decode_with(types, value):
     dec = CaptureDecoder()
     dec.declare(tuple((i, n, v, tuple(f)) for i, n, v, f in types))
@@ -137,14 +150,27 @@ def _decode_with(types, value):
 
 def test_unknown_types_newer_schemas_and_bad_fields_become_codec_errors():
     got, problems = _decode_with([(0, "no_such_type", 1, ["x"])], [[_ref(0), 1], "after"])
-    assert got == (BAD, "after") and isinstance(problems[0], UnknownMessageType)
+    assert got[1] == "after" and isinstance(_why(got[0]), UnknownMessageType) and problems == [got[0].error]
     got, problems = _decode_with([(0, "coin", 7, ["denom", "amount"])], [[_ref(0), "umfx", 1]])
-    assert got == (BAD,) and isinstance(problems[0], NewerSchemaVersion)
+    assert isinstance(_why(got[0]), NewerSchemaVersion) and problems == [got[0].error]
     got, problems = _decode_with([(0, "coin", 1, ["denom", "amount", "colour"])], [[_ref(0), "umfx", 1, "red"]])
-    assert got == (BAD,) and "colour" in str(problems[0])
+    assert "colour" in str(_why(got[0])) and problems == [got[0].error]
     # A value the message itself rejects (a bad denom) is a codec error, not a crash.
     got, problems = _decode_with([(0, "coin", 1, ["denom", "amount"])], [[_ref(0), "!", 1]])
-    assert got == (BAD,) and isinstance(problems[0], CodecError)
+    assert type(_why(got[0])) is CodecError and problems == [got[0].error]
+    # A message that fails because a value inside it could not be decoded says
+    # why that value failed, not that it was handed a value of the wrong type.
+    # (A coin refuses an amount that is no int.)
+    got, problems = _decode_with([(0, "coin", 1, ["denom", "amount"]), (1, "no_such", 1, ["x"])],
+                                 [[_ref(0), "umfx", [_ref(1), 1]]])
+    assert isinstance(_why(got[0]), UnknownMessageType) and "no_such" in str(got[0].error)
+    # One that takes the value as it is holds it, and says so where it is found.
+    got, problems = _decode_with(
+        [(0, "coin", 1, ["denom", "amount"]), (1, "credit_account", 1, ["tenant", "balances"]), (2, "no_such", 1, ["x"])],
+        [[_ref(1), "manifest1t", ([_ref(0), "umfx", 1], [_ref(2), 1])]],
+    )
+    assert got[0].balances[0] == Coin("umfx", 1) and first_undecodable(got) is got[0].balances[1]
+    assert first_undecodable((1, "x", Coin("umfx", 1), {"k": (2,)})) is None
     with pytest.raises(CodecError, match="before the file declared it"):
         _decode_with([], [[_ref(3), 1]])
 
@@ -180,7 +206,7 @@ def test_decoder_only_raises_codec_errors_on_damaged_bytes():
         except CodecError:
             continue
         decoded += 1
-    assert decoded >= 20  # some damaged bodies still decode (perhaps with BAD inside): no crash either way
+    assert decoded >= 20  # some damaged bodies still decode (perhaps with undecodable values inside): no crash either way
 
 
 # -- interning: a repeated Lease is written once per file ------------------------------------
@@ -240,22 +266,23 @@ def test_references_to_objects_a_file_does_not_define_are_codec_errors():
     ref_only = enc.encode([lease, "fine"])  # a back-reference whose definition the decoder never saw
     dec = CaptureDecoder()
     dec.declare(_declared(enc))
-    assert dec.decode(ref_only) == (BAD, "fine")
-    assert len(dec.problems) == 1 and "does not define before" in str(dec.problems[0])
+    got = dec.decode(ref_only)
+    assert got[1] == "fine" and "does not define before" in str(_why(got[0])) and dec.problems == [got[0].error]
     # A definition whose type failed: its later references fail with the same error.
     table = ((0, "lease_teleported", 1, ("lease_uuid",)),)
     define = msgpack.ExtType(EXT_DEFINE, (0).to_bytes(2, "big") + (0).to_bytes(4, "big"))
     ref = msgpack.ExtType(EXT_OBJECT_REF, (0).to_bytes(4, "big"))
     dec = CaptureDecoder()
     dec.declare(table)
-    assert dec.decode(msgpack.packb([[define, "u"], ref])) == (BAD, BAD)
-    assert [type(p) for p in dec.problems] == [UnknownMessageType, UnknownMessageType]
+    got = dec.decode(msgpack.packb([[define, "u"], ref]))
+    assert [type(_why(v)) for v in got] == [UnknownMessageType, UnknownMessageType]
+    assert dec.problems == [got[0].error, got[1].error]
     # The same object defined twice in one file is damaged data.
     dec = CaptureDecoder()
     dec.declare(((0, "coin", 1, ("denom", "amount")),))
     coin_def = msgpack.ExtType(EXT_DEFINE, (0).to_bytes(2, "big") + (3).to_bytes(4, "big"))
-    assert dec.decode(msgpack.packb([[coin_def, "umfx", 1], [coin_def, "umfx", 2]])) == (Coin("umfx", 1), BAD)
-    assert "defined twice" in str(dec.problems[0])
+    got = dec.decode(msgpack.packb([[coin_def, "umfx", 1], [coin_def, "umfx", 2]]))
+    assert got[0] == Coin("umfx", 1) and "defined twice" in str(_why(got[1])) and dec.problems == [got[1].error]
 
 
 def test_a_lease_read_anew_is_referred_to_while_it_equals_the_version_last_written():
