@@ -30,7 +30,7 @@ from capture.errors import CaptureError
 from capture.reader import CaptureReader
 from replay import describe
 from replay.config import merge_overrides
-from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step
+from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
 from sidecar.config import Config, ConfigError, parse_duration
 
 __all__ = ["add_command", "run_replay", "EXIT_DIVERGED", "EXIT_BAD_LOGS"]
@@ -77,7 +77,9 @@ def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argpar
     p.add_argument("--until", type=_time, metavar="TIME",
                    help="stop feeding inputs after this clock time (ISO 8601, UTC unless a zone is given)")
     p.add_argument("--tenant", metavar="ADDR",
-                   help="show only this tenant's lines and divergences (every core is still replayed)")
+                   help="replay only what decides for this tenant (its credit monitor, the scheduler and the "
+                        "chain actor; the other monitors' captured messages are taken as they are) and show only "
+                        "its lines and divergences; the counts at the end are of what was replayed")
     p.add_argument("--step", action="store_true",
                    help="pause after each timeline line: Enter for the next, c to run on, q to quit")
     p.add_argument("--json", action="store_true", help="print JSON Lines instead of text")
@@ -226,7 +228,8 @@ def run_replay(
         return EXIT_BAD_LOGS
     out = _Json(stdout) if args.json else _Text(stdout)
     replayer = Replayer(
-        build_core, config=config, overrides=overrides, until=args.until, timer_slack=args.timer_slack
+        build_core, config=config, overrides=overrides, until=args.until, timer_slack=args.timer_slack,
+        replayed=replayed_for(args.tenant) if args.tenant else is_replayed,
     )
     error: str | None = None
     reader: CaptureReader | None = None

@@ -71,6 +71,7 @@ __all__ = [
     "Step",
     "Divergence",
     "is_replayed",
+    "replayed_for",
     "default_build_core",
     "CLOCK",
 ]
@@ -132,6 +133,24 @@ class ReplayError(Exception):
 def is_replayed(address: str) -> bool:
     """The addresses whose cores replay runs: the decisions, not the I/O endpoints."""
     return address == "scheduler" or address == "chain" or address.startswith("tenant/")
+
+
+def replayed_for(tenant: str) -> Callable[[str], bool]:
+    """The cores a replay about one ``tenant`` needs: its monitor, the scheduler and the chain actor.
+
+    Each core is fed only captured inputs, so one tenant's monitor decides
+    the same whether or not the others are replayed beside it; the
+    scheduler and the chain actor decide for every tenant, so they are
+    always replayed. What the other monitors sent reaches the scheduler as
+    captured input. Leaving those monitors out is what makes such a replay
+    of a large capture quick.
+    """
+    own = tenant_address(tenant)
+
+    def replayed(address: str) -> bool:
+        return address == own or (is_replayed(address) and not address.startswith("tenant/"))
+
+    return replayed
 
 
 def default_build_core(address: str, config: Config) -> Any:

@@ -12,6 +12,7 @@ to 2 the replay reports a divergence at the second failed read.
 from __future__ import annotations
 
 import argparse
+import json
 import io
 import time
 from datetime import timedelta
@@ -215,3 +216,28 @@ def test_two_replays_print_identical_bytes_and_the_timeline_tells_the_story(capt
         assert words in text, words
     status, text, _ = _cli(paths, set=["scheduler.credit_check_error_threshold=2"])
     assert status == 1 and "DIVERGENCE changed" in text
+
+
+def _json_lines(text):
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("tenant, changes", [
+    ("manifest1drain", []),  # depletion, grace, a failed close and its retry
+    ("manifest1flaky", ["scheduler.credit_check_error_threshold=2"]),  # a divergence
+])
+def test_a_replay_for_one_tenant_shows_what_the_whole_replay_shows_of_it(capture, tenant, changes):
+    """--tenant leaves the other monitors out, and tells that tenant's story as the whole replay does."""
+    paths, _ = capture
+    status, whole, _ = _cli(paths, json=True, set=changes)
+    focused_status, focused, _ = _cli(paths, json=True, set=changes, tenant=tenant)
+    whole_lines, focused_lines = _json_lines(whole), _json_lines(focused)
+
+    def story(lines):
+        return [x for x in lines if x["type"] not in ("run", "run_end", "summary")]
+
+    expected = [x for x in story(whole_lines) if x["tenant"] == tenant or x["address"] == f"tenant/{tenant}"]
+    assert len(expected) > 3 and story(focused_lines) == expected
+    assert focused_status == status == (1 if changes else 0)
+    assert any(x["type"] == "divergence" for x in expected) == bool(changes)
+    assert focused_lines[-1]["inputs"] < whole_lines[-1]["inputs"]  # the other monitors were not replayed
