@@ -186,6 +186,8 @@ class _Text:
         )
         for p in d["skipped_problems"]:
             w(f"   skipped: {p}\n")
+        if d.get("tenant") is not None and not d["tenant_lines"]:
+            w(f"== no line concerns tenant {d['tenant']} in these logs: is that the tenant's address?\n")
         if d.get("error"):
             w(f"== stopped: {d['error']}\n")
 
@@ -233,6 +235,7 @@ def run_replay(
     )
     error: str | None = None
     reader: CaptureReader | None = None
+    shown = 0  # timeline lines and divergences shown (with --tenant: that tenant's)
     stepping = args.step
     try:
         reader = CaptureReader(args.logs, skip_bad=args.skip_bad, file_parts=True)
@@ -244,6 +247,8 @@ def run_replay(
                 progress.tick(replayer.records)
             if not _wanted(event, args.tenant):
                 continue
+            if isinstance(event, (Step, Divergence)):
+                shown += 1
             if stepping and isinstance(event, Step):
                 progress.clear()
             out.event(event)
@@ -277,6 +282,8 @@ def run_replay(
         "error": error,
         "until_reached": replayer.stopped_early,
     }
+    if args.tenant is not None:
+        summary.update(tenant=args.tenant, tenant_lines=shown)
     out.summary(summary)
     stdout.flush()
     if error is not None and not args.json:

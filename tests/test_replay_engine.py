@@ -359,8 +359,14 @@ def test_cli_exit_status_and_tenant_filter(tmp_path):
     paths = live_run(tmp_path)
     status, text, _ = _cli(paths, build=toy_builder(threshold=2))
     assert status == 1 and "DIVERGENCE changed" in text
-    status, text, _ = _cli(paths, ("tenant", "alice"))
-    assert status == 0 and "bob" not in "".join(line for line in text.splitlines() if line.startswith("2026"))
+    status, text, _ = _cli(paths, ("tenant", "bob"))
+    timeline = [line for line in text.splitlines() if line.startswith("2026")]
+    assert status == 0 and "no line concerns" not in text
+    assert len(timeline) == 7 and all("bob" in line for line in timeline)  # no "wake" lines of the scheduler's own
+    status, text, _ = _cli(paths, ("tenant", "alicee"))  # a typo: nothing to show, and it says so
+    assert status == 0 and "no line concerns tenant alicee in these logs" in text
+    _, js, _ = _cli(paths, ("tenant", "alicee"), ("json", True))
+    assert '"tenant":"alicee","tenant_lines":0' in js.splitlines()[-1]
 
 
 def test_cli_skip_bad_counts_and_exit_status(tmp_path):
