@@ -186,7 +186,7 @@ class _Text:
         )
         for p in d["skipped_problems"]:
             w(f"   skipped: {p}\n")
-        if d.get("tenant") is not None and not d["tenant_lines"]:
+        if d.get("tenant") is not None and not d["tenant_lines"] and not d.get("error"):  # a whole replay, nothing of it
             w(f"== no line concerns tenant {d['tenant']} in these logs: is that the tenant's address?\n")
         if d.get("error"):
             w(f"== stopped: {d['error']}\n")
