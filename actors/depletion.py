@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Collection, Mapping
 
 from messages.chain import CreditEstimate
 from messages.fast_init import fast_init
@@ -61,13 +61,21 @@ def burn_seconds(
     previous_at: datetime,
     current: Mapping[str, int],
     now: datetime,
+    denoms: Collection[str] | None = None,
 ) -> Seconds | None:
-    """``burn_estimate`` as seconds from ``now``."""
+    """``burn_estimate`` as seconds from ``now``, over ``denoms`` only when given.
+
+    ``denoms`` are the ones our leases are charged in: another provider
+    burning a denom we do not charge in says nothing of when our leases run
+    dry, and its past depletion would wake us every ``depletion_check_buffer``.
+    """
     elapsed = (now - previous_at) // _SECOND
     if elapsed <= 0:
         return None
     best: Seconds | None = None
     for denom, before in previous.items():
+        if denoms is not None and denom not in denoms:
+            continue
         after = current.get(denom, 0)
         consumed = before - after
         if consumed <= 0:
@@ -78,19 +86,34 @@ def burn_seconds(
     return best
 
 
-def chain_seconds(estimate: CreditEstimate | None) -> Seconds | None:
-    """``chain_estimate`` as seconds from now."""
+def chain_seconds(estimate: CreditEstimate | None, denoms: Collection[str] | None = None) -> Seconds | None:
+    """``chain_estimate`` as seconds from now, for ``denoms`` only when given.
+
+    The chain's ``estimated_duration_seconds`` is when the *first* denom of
+    the tenant's credit runs out, whoever's leases burn it. Where that denom
+    is one we do not charge in (given ``denoms``), our leases run on: the
+    estimate is then worked out for ours, balance over total rate (the same
+    sum the chain makes, every provider's rate in that denom counted).
+    """
     if estimate is None or not estimate.total_rate_per_second:
         return None
     seconds = estimate.estimated_duration_seconds
-    # The denom that runs out first: lowest balance / rate.
     rates = estimate.total_rate_per_second
     if len(rates) == 1:  # the common case: one denom, nothing to compare
         denom = rates[0].denom
+        if denoms is not None and denom not in denoms:
+            return None
     else:
+        # The denom that runs out first: lowest balance / rate.
         balances = {c.denom: c.amount for c in estimate.current_balance}
         per = {c.denom: c.amount for c in rates if c.amount > 0}
         denom = min(per, key=lambda d: balances.get(d, 0) // per[d], default="")
+        if denoms is not None and denom not in denoms:
+            ours = [d for d in per if d in denoms]
+            if not ours:
+                return None
+            denom = min(ours, key=lambda d: balances.get(d, 0) // per[d])
+            seconds = balances.get(denom, 0) // per[denom]
     if seconds > _HORIZON_SECONDS:
         return (_HORIZON_SECONDS, denom, True)
     return (seconds, denom, False)

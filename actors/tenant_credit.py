@@ -13,7 +13,8 @@ do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
   whole window. A non-zero read clears the window and starts a fresh
   burn-rate baseline (the old baseline spans a deposit).
 - Otherwise the depletion time is the earlier of the burn-rate estimate
-  (two samples) and the chain's ``CreditEstimate``; the note says which won.
+  (two samples) and the chain's ``CreditEstimate``, both over the denoms our
+  leases are charged in; the note says which won.
 - A failed close leaves the window as it is, so the next check closes at once
   instead of waiting a new window.
 """
@@ -307,8 +308,9 @@ class TenantCredit:
             self.last_balances, self.last_sample_at = balances, now
         else:
             self.recheck_at = None
+            charged = self._charged or None  # none known: every denom counts
             # Both estimates as seconds from now; only the earlier becomes a time.
-            remote = chain_seconds(message.estimate)
+            remote = chain_seconds(message.estimate, charged)
             picked: Seconds | None
             if self.zero_since is not None:
                 # Credit came back: the window is void and the old baseline
@@ -320,7 +322,7 @@ class TenantCredit:
             else:
                 local = None
                 if self.last_balances is not None and self.last_sample_at is not None:
-                    local = burn_seconds(self.last_balances, self.last_sample_at, balances, now)
+                    local = burn_seconds(self.last_balances, self.last_sample_at, balances, now, charged)
                 picked = sooner(local, remote)
                 source = BURN_RATE if picked is local else CHAIN_ESTIMATE
                 if self.last_balances != balances or self.last_sample_at is None:

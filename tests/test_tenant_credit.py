@@ -190,3 +190,21 @@ def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None
     assert back.zero_since == T0 and not sent(out, CloseRequested)  # the window goes on
     out = back.handle(CreditRead(3, CreditAccount("t", (Coin("upwr", 10**6),))), T0 + S.credit_check_zero_grace_period)
     assert sent(out, CloseRequested)
+
+
+def test_depletion_counts_only_the_denoms_our_leases_are_charged_in() -> None:
+    """Another provider's denom running out must not drive our wakes (it would wake a paid withdraw every 10 s)."""
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced((Lease("l1", "t", PROVIDER, (item(2),)),)), T0)  # umfx only
+    read(m, T0, umfx=10**6, upwr=1000)
+    # upwr (not ours) is used up by another provider's unsettled lease: the chain's
+    # estimate says 0 s; umfx lasts 10**6 / 4 s at every provider's umfx rate.
+    est = CreditEstimate("t", (Coin("umfx", 10**6), Coin("upwr", 0)), (Coin("umfx", 4), Coin("upwr", 9)), 0)
+    out = read(m, T0 + timedelta(seconds=100), umfx=10**6, upwr=0, estimate=est)
+    v = verdict(out)
+    assert m.zero_since is None and v.depletion_at == T0 + timedelta(seconds=100 + 250_000)
+    assert "(umfx, by chain estimate)" in v.note
+    # Our own denom first: the chain's figure stands.
+    est = CreditEstimate("t", (Coin("umfx", 100), Coin("upwr", 10**9)), (Coin("umfx", 4), Coin("upwr", 9)), 25)
+    out = read(m, T0 + timedelta(seconds=200), umfx=10**6, upwr=10**9, estimate=est)
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=225)
