@@ -83,14 +83,22 @@ class ChainDecisions:
             self.buffer.add(message)
             return []
         if isinstance(message, FlushClosures):
-            requests = self.buffer.take()
+            requests, stale = self.buffer.take(message.cycle)
+            out: list[Effect] = []
+            if stale:
+                tenants = sorted({r.tenant for r in stale})
+                out.append(Note(
+                    f"dropped the closure requests of {len(tenants)} tenant(s) ({', '.join(tenants[:5])}"
+                    f"{' ...' if len(tenants) > 5 else ''}) made in a check cycle that ended before "
+                    "sending them; each asks again on its next read if its credit is still gone"
+                ))
             if not requests:
-                return [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
+                return out + [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
             self._round_counter += 1
             rnd = CloseRound(self._round_counter, message.cycle, self.settings, requests)
             self.rounds[rnd.round] = rnd
             leases = sum(len(r.lease_uuids) for r in requests)
-            return [Note(f"closing {leases} lease(s) of {len(requests)} tenant(s)")] + rnd.begin()
+            return out + [Note(f"closing {leases} lease(s) of {len(requests)} tenant(s)")] + rnd.begin()
         if isinstance(message, (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)):
             rnd = self.rounds.get(message.round)
             if rnd is None:

@@ -59,7 +59,16 @@ def plan_batches(requests: list[CloseRequested], size: int = MAX_BATCH_LEASE_SIZ
 
 
 class ClosureBuffer:
-    """Closures requested during the current check, until it is flushed."""
+    """Closures requested during the current check, until it is flushed.
+
+    A request belongs to the check cycle of the read that decided it.
+    ``take(cycle)`` hands over that cycle's requests and drops those of
+    earlier cycles: a read that arrived after its cycle's deadline, when the
+    scheduler had moved on without flushing, asked for a closure that would
+    otherwise wait here for whichever flush came next, maybe long after the
+    tenant paid again. Its tenant asks again on its next read if the credit
+    is still gone.
+    """
 
     def __init__(self) -> None:
         self.requests: list[CloseRequested] = []
@@ -67,9 +76,12 @@ class ClosureBuffer:
     def add(self, request: CloseRequested) -> None:
         self.requests.append(request)
 
-    def take(self) -> list[CloseRequested]:
-        taken, self.requests = self.requests, []
-        return taken
+    def take(self, cycle: int) -> tuple[list[CloseRequested], list[CloseRequested]]:
+        """(``cycle``'s requests, the dropped ones of earlier cycles); later cycles' stay."""
+        taken = [r for r in self.requests if r.cycle == cycle]
+        stale = [r for r in self.requests if r.cycle < cycle]
+        self.requests = [r for r in self.requests if r.cycle > cycle]
+        return taken, stale
 
 
 @dataclass

@@ -12,6 +12,11 @@ do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
   interval. The leases are closed only when the balance stayed zero for the
   whole window. A non-zero read clears the window and starts a fresh
   burn-rate baseline (the old baseline spans a deposit).
+- A closure is asked for in the check cycle of the read that decided it.
+  The chain actor sends only a cycle's own requests when that cycle ends,
+  and drops older ones (a read that arrived after its cycle's deadline), so
+  a request is never sent on a read from long before: the next read asks
+  again if the credit is still gone, and a read that finds credit forgets it.
 - Otherwise the depletion time is the earlier of the burn-rate estimate
   (two samples) and the chain's ``CreditEstimate``, both over the denoms our
   leases are charged in; the note says which won.
@@ -85,6 +90,8 @@ class TenantCredit:
         self.recheck_at: datetime | None = None
         #: leases asked to be closed and not yet answered for
         self.closing: tuple[str, ...] = ()
+        #: the check cycle ``closing`` was asked for in
+        self._closing_cycle: int | None = None
         self._saved: TenantSnapshot | None = None
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
@@ -286,10 +293,16 @@ class TenantCredit:
                 self.zero_since = now
             window_end = self.zero_since + s.credit_check_zero_grace_period
             self.depletion_at = None  # already depleted: the grace re-checks drive the wakes
+            if self.closing and message.cycle != self._closing_cycle:
+                # Asked for in an earlier cycle and not answered: if that
+                # cycle ended without sending it, the chain actor dropped it.
+                # This read is the fresh one to ask on.
+                self.closing = ()
             open_leases = tuple(sorted(u for u in self.leases if u not in self.closing))
             if now >= window_end and open_leases:
                 closing = open_leases
                 self.closing = self.closing + closing
+                self._closing_cycle = message.cycle
                 self.recheck_at = now + s.credit_check_retry_interval
                 text = (
                     f"tenant {self.tenant}: credit gone since {_when(self.zero_since)} for the whole "
@@ -308,6 +321,10 @@ class TenantCredit:
             self.last_balances, self.last_sample_at = balances, now
         else:
             self.recheck_at = None
+            if self.closing:
+                # Credit again: a closure still waiting to be sent belongs to
+                # an earlier cycle, which the chain actor drops.
+                self.closing = ()
             charged = self._charged or None  # none known: every denom counts
             # Both estimates as seconds from now; only the earlier becomes a time.
             remote = chain_seconds(message.estimate, charged)

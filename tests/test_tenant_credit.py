@@ -192,6 +192,55 @@ def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None
     assert sent(out, CloseRequested)
 
 
+def read_in(m: TenantCredit, cycle: int, at: datetime, umfx: int, upwr: int = 10**6):
+    return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr)))), at)
+
+
+def test_a_closure_left_unanswered_from_an_earlier_cycle_is_asked_again_or_forgotten() -> None:
+    """A read that came after its cycle's deadline asked for a closure the chain actor then drops."""
+    end = T0 + S.credit_check_zero_grace_period
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced(LEASES[:1]), T0)  # one lease, charged in umfx
+    read_in(m, 10, T0, 0)
+    (late,) = sent(read_in(m, 11, end, 0), CloseRequested)  # no answer ever comes for it
+    assert late.cycle == 11 and m.closing == ("l1",)
+    out = read_in(m, 11, end + timedelta(seconds=10), 0)  # the same cycle: still pending, not asked twice
+    assert not sent(out, CloseRequested) and "pending" in verdict(out).note
+    (again,) = sent(read_in(m, 12, end + timedelta(seconds=30), 0), CloseRequested)  # still gone: asked on this read
+    assert (again.cycle, again.lease_uuids) == (12, ("l1",))
+    out = read_in(m, 13, end + timedelta(seconds=60), 500)  # paid again: nothing pending any more
+    assert m.closing == () and m.zero_since is None and not sent(out, CloseRequested)
+
+
+def test_a_refunded_tenant_is_not_closed_by_its_request_from_a_cycle_that_ended_unflushed() -> None:
+    """The tenant monitor and the chain actor together: the late request never reaches the chain."""
+    from actors.chain_actor import ChainDecisions
+    from messages.chain import NodeStatus
+    from messages.chain_actor import CloseBatchCall, FlushClosures, NodeStatusAnswered
+
+    end = T0 + S.credit_check_zero_grace_period
+    chain = ChainDecisions(S)
+    t, u = monitor(), TenantCredit("u", S)
+    u.handle(LeasesSynced((Lease("lu", "u", PROVIDER, (item(1),)),)), T0)
+
+    def to_chain(effects) -> None:
+        for request in sent(effects, CloseRequested):
+            chain.handle(request, end)
+
+    read_in(t, 10, T0, 0)
+    to_chain(read_in(t, 11, end, 0))  # cycle 11 had ended: the scheduler sends no FlushClosures(11)
+    read_in(t, 12, end + timedelta(minutes=10), 10**9)  # the tenant pays again
+    u.handle(CreditRead(13, CreditAccount("u", ())), end + timedelta(minutes=15))
+    to_chain(u.handle(CreditRead(14, CreditAccount("u", ())), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
+    out = chain.handle(FlushClosures(14), end + timedelta(minutes=30))
+    assert any("dropped the closure requests of 1 tenant(s) (t)" in getattr(e, "text", "") for e in out)
+    (status_call,) = [e.message for e in out if isinstance(e, Send)]
+    out = chain.handle(NodeStatusAnswered(status_call.round, NodeStatus(1, end + timedelta(minutes=30), False)),
+                       end + timedelta(minutes=30))
+    batches = [e.message for e in out if isinstance(e, Send) and isinstance(e.message, CloseBatchCall)]
+    assert [b.lease_uuids for b in batches] == [("lu",)]
+
+
 def test_depletion_counts_only_the_denoms_our_leases_are_charged_in() -> None:
     """Another provider's denom running out must not drive our wakes (it would wake a paid withdraw every 10 s)."""
     m = TenantCredit("t", S)
