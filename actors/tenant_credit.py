@@ -9,9 +9,11 @@ do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
   ``credit_check_retry_interval``. A successful read resets the count.
 - A zero balance (in any denom our leases are charged in) starts a grace
   window of ``credit_check_zero_grace_period``, re-checked every retry
-  interval. The leases are closed only when the balance stayed zero for the
-  whole window. A non-zero read clears the window and starts a fresh
-  burn-rate baseline (the old baseline spans a deposit).
+  interval. The leases charged in an empty denom are closed only when the
+  balance stayed zero for the whole window; a lease charged only in denoms
+  that still hold credit is not (the chain itself would not close it). A
+  non-zero read clears the window and starts a fresh burn-rate baseline
+  (the old baseline spans a deposit).
 - A closure is asked for in the check cycle of the read that decided it.
   The chain actor sends only a cycle's own requests when that cycle ends,
   and drops older ones (a read that arrived after its cycle's deadline), so
@@ -232,8 +234,8 @@ class TenantCredit:
             self._charged = denoms
         return self._charged
 
-    def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> str:
-        """Why the credit is gone ("" while it is not).
+    def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> tuple[str, set[str]]:
+        """Why the credit is gone ("" while it is not), and the charged denoms that are empty.
 
         Gone: a denom our leases are charged in is at zero, either settled
         (the account) or once every provider's unsettled accrual is counted
@@ -241,16 +243,17 @@ class TenantCredit:
         other providers have already used up would look alive until they
         settle, and its near-past depletion would wake a paid withdraw every
         ``depletion_check_buffer``. With lease details unknown (restored, not
-        yet re-read) only an empty balance counts as gone.
+        yet re-read) only an empty balance counts as gone (no denoms named:
+        every lease is unpaid).
         """
         charged = self._charged
         if charged is None:
             charged = self._charged_denoms()
         if not charged:
-            return "" if any(balances.values()) else "balance zero"
-        for d in charged:
-            if balances.get(d, 0) <= 0:
-                return "balance zero"
+            return ("", set()) if any(balances.values()) else ("balance zero", set())
+        empty = {d for d in charged if balances.get(d, 0) <= 0}
+        if empty:
+            return "balance zero", empty
         if estimate is not None:
             for rate in estimate.total_rate_per_second:
                 if rate.amount > 0 and rate.denom in charged:
@@ -260,8 +263,29 @@ class TenantCredit:
                             left = c.amount
                             break
                     if left <= 0:
-                        return "credit used up counting unsettled accrual"
-        return ""
+                        empty.add(rate.denom)
+            if empty:
+                return "credit used up counting unsettled accrual", empty
+        return "", empty
+
+    def _unpaid(self, empty: set[str], balances: dict[str, int]) -> list[str]:
+        """Our leases that the empty denoms leave unpaid: those charged in one of them.
+
+        A lease whose details a restart lost is charged in some of the
+        denoms persisted with the tenant (``charged_denoms``): it counts when
+        all of those are empty, or the whole balance is.
+        """
+        everything = not empty or not any(balances.values())
+        restored = self._restored_charged
+        unknown_unpaid = everything or bool(restored and restored <= empty)
+        unpaid = []
+        for u, lease in self.leases.items():
+            if lease is None:
+                if unknown_unpaid:
+                    unpaid.append(u)
+            elif everything or any(r > 0 and d in empty for d, r in lease.rate_per_second().items()):
+                unpaid.append(u)
+        return unpaid
 
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
         s = self.settings
@@ -287,7 +311,7 @@ class TenantCredit:
         self.consecutive_errs = 0
         balances = _nonzero(message.account.balances)
         closing: tuple[str, ...] = ()
-        gone = self._exhausted(balances, message.estimate)
+        gone, empty = self._exhausted(balances, message.estimate)
         if gone:
             if self.zero_since is None:
                 self.zero_since = now
@@ -298,20 +322,29 @@ class TenantCredit:
                 # cycle ended without sending it, the chain actor dropped it.
                 # This read is the fresh one to ask on.
                 self.closing = ()
-            open_leases = tuple(sorted(u for u in self.leases if u not in self.closing))
+            open_leases = tuple(sorted(u for u in self._unpaid(empty, balances) if u not in self.closing))
             if now >= window_end and open_leases:
                 closing = open_leases
                 self.closing = self.closing + closing
                 self._closing_cycle = message.cycle
                 self.recheck_at = now + s.credit_check_retry_interval
+                which = f" charged in {', '.join(sorted(empty))}" if len(open_leases) < len(self.leases) else ""
                 text = (
                     f"tenant {self.tenant}: credit gone since {_when(self.zero_since)} for the whole "
-                    f"grace window; closing {len(closing)} lease(s)"
+                    f"grace window; closing {len(closing)} lease(s){which}"
                 )
                 out.append(Send(CHAIN, CloseRequested(message.cycle, self.tenant, closing, s.closure_reason)))
             elif self.closing:
                 self.recheck_at = now + s.credit_check_retry_interval
                 text = f"tenant {self.tenant}: credit gone; closure of {len(self.closing)} lease(s) pending"
+            elif now >= window_end:
+                # Only leases whose details a restart lost are charged in the
+                # empty denom, as far as is known: nothing to close on that.
+                self.recheck_at = now + s.credit_check_retry_interval
+                text = (
+                    f"tenant {self.tenant}: {gone} in {', '.join(sorted(empty))}, which none of its known "
+                    f"leases is charged in; nothing closed, re-check at {_when(self.recheck_at)}"
+                )
             else:
                 self.recheck_at = min(now + s.credit_check_retry_interval, window_end)
                 text = (

@@ -82,8 +82,10 @@ def test_zero_balance_closes_only_after_the_whole_grace_window() -> None:
     assert verdict(out).recheck_at == T0 + S.credit_check_zero_grace_period  # not past the window end
     out = read(m, T0 + S.credit_check_zero_grace_period, 0)
     (req,) = sent(out, CloseRequested)
-    assert req.lease_uuids == ("l1", "l2") and req.reason == S.closure_reason
-    assert verdict(out).closing == ("l1", "l2")
+    # Only the umfx lease: l2 is charged in upwr, which still holds credit
+    # (the chain would not close it either).
+    assert req.lease_uuids == ("l1",) and req.reason == S.closure_reason
+    assert verdict(out).closing == ("l1",)
     # The close request goes out before the verdict, so the chain actor has it before the flush.
     kinds = [type(e.message) for e in out if isinstance(e, Send)]
     assert kinds.index(CloseRequested) < kinds.index(TenantChecked)
@@ -112,10 +114,10 @@ def test_failed_close_keeps_the_window_so_the_next_check_closes_at_once() -> Non
     read(m, T0, 0)
     end = T0 + S.credit_check_zero_grace_period
     assert sent(read(m, end, 0), CloseRequested)
-    m.handle(CloseFailed("t", ("l1", "l2"), ChainFailure("close_leases", "out of gas")), end + timedelta(seconds=5))
+    m.handle(CloseFailed("t", ("l1",), ChainFailure("close_leases", "out of gas")), end + timedelta(seconds=5))
     assert m.zero_since == T0 and m.closing == ()
     (req,) = sent(read(m, end + timedelta(seconds=30), 0), CloseRequested)
-    assert req.lease_uuids == ("l1", "l2")
+    assert req.lease_uuids == ("l1",)
 
 
 def test_closure_pending_is_not_requested_twice() -> None:
@@ -194,6 +196,13 @@ def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None
 
 def read_in(m: TenantCredit, cycle: int, at: datetime, umfx: int, upwr: int = 10**6):
     return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr)))), at)
+
+
+def test_every_lease_closes_when_every_denom_it_is_charged_in_is_empty() -> None:
+    m = monitor()
+    read(m, T0, umfx=0, upwr=0)
+    (req,) = sent(read(m, T0 + S.credit_check_zero_grace_period, umfx=0, upwr=0), CloseRequested)
+    assert req.lease_uuids == ("l1", "l2")
 
 
 def test_a_closure_left_unanswered_from_an_earlier_cycle_is_asked_again_or_forgotten() -> None:
