@@ -17,11 +17,18 @@ buffered). At 10,000 tenants a cycle produces 10,000 ``TenantStateChanged``;
 in one transaction that is one fsync instead of 10,000. Nothing that has
 reached the actor waits longer than the mail already queued behind it, and a
 stop writes what is buffered.
+
+A write the database refuses for a reason that passes (locked by another
+process past the busy timeout, disk full, an I/O error: SQLite's
+``OperationalError``) loses nothing: the facts are held, in order, and
+tried again first at the next write. Only a fact the ledger refuses for
+what it is (a settlement without a tx hash) is logged whole and dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +56,11 @@ decisions = logging.getLogger("leasewarden.decisions")
 #: one by one, and how long one commit holds SQLite's write lock.
 BATCH_MAX = 5_000
 
+#: Facts held for another try at most (see the module doc). A database that
+#: stays unwritable that long loses the oldest, each logged whole, rather
+#: than the process its memory.
+HELD_MAX = 200_000
+
 _FACTS = frozenset(FACT_TYPES)
 
 
@@ -70,6 +82,8 @@ class LedgerActor(PooledActor):
         self.periods = Periods(ledger)
         self._pending: list[Any] = []
         self.written = 0
+        #: facts held back after a write the database refused (see ``_hold``)
+        self.held = 0
         self.last_report: Report | None = None
 
     def on_receive(self, message: Any) -> Any:
@@ -89,17 +103,37 @@ class LedgerActor(PooledActor):
         batch, self._pending = self._pending, []
         try:
             self.written += self.ledger.record_all(batch)
+            if self.held:
+                logger.warning("ledger: wrote the %d fact(s) held back after a failed write", self.held)
+                self.held = 0
+            return
+        except sqlite3.OperationalError as exc:
+            self._hold(batch, exc)  # the database, not the facts: one by one would fail alike
             return
         except Exception:
             logger.exception("ledger: a batch of %d facts failed; writing them one by one", len(batch))
-        for fact in batch:
+        for i, fact in enumerate(batch):
             try:
                 self.ledger.record(fact)
                 self.written += 1
+            except sqlite3.OperationalError as exc:
+                self._hold(batch[i:], exc)
+                return
             except Exception as exc:
                 # Logged whole, so an operator can see and re-enter what was lost
                 # (the capture holds it too).
                 logger.error("ledger: could not record %s: %s", to_plain(fact), exc)
+
+    def _hold(self, facts: list[Any], exc: Exception) -> None:
+        """Keep ``facts`` (in order, before any that came since) for the next write."""
+        self._pending = facts + self._pending
+        over = len(self._pending) - HELD_MAX
+        if over > 0:
+            for fact in self._pending[:over]:
+                logger.error("ledger: dropped %s, held too long (the ledger stays unwritable)", to_plain(fact))
+            del self._pending[:over]
+        self.held = len(self._pending)
+        logger.error("ledger: could not write (%s); %d fact(s) held for the next write", exc, self.held)
 
     def _tick(self, message: BillingTickDue) -> None:
         if self.stop_event.is_set():
@@ -133,6 +167,8 @@ class LedgerActor(PooledActor):
     def on_stop(self) -> None:
         try:
             self._flush()
+            for fact in self._pending:  # still unwritable at the stop: what is lost, whole
+                logger.error("ledger: could not record %s before stopping", to_plain(fact))
         finally:
             if self.close_ledger_on_stop:
                 self.ledger.close()

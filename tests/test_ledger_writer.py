@@ -87,6 +87,38 @@ def test_a_bad_fact_does_not_lose_the_rest_of_its_batch(tmp_path, clock, caplog)
     assert any("could not record" in r.message and "lease-1" in r.message for r in caplog.records)
 
 
+def test_a_database_that_refuses_a_write_for_a_while_loses_no_fact(tmp_path, clock, caplog):
+    """Locked past the busy timeout, disk full: the facts are held and written first next time."""
+    import sqlite3
+
+    dispatcher = ManualDispatcher(clock.now)
+    router = Router()
+    ledger = open_ledger(tmp_path / "l.sqlite")
+    writer = start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
+    real = ledger.record_all
+    refusals = [sqlite3.OperationalError("database is locked")] * 2
+
+    def record_all(facts):  # type: ignore[no-untyped-def]
+        if refusals:
+            raise refusals.pop()
+        return real(facts)
+
+    ledger.record_all = record_all  # type: ignore[method-assign]
+    router.tell(LEDGER, LeaseSettled(clock.now(), "TX1", "lease-1", (Coin("umfx", 123456),)))
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1a")))
+    with caplog.at_level(logging.ERROR, logger="actors.ledger_writer"):
+        dispatcher.run_until_idle()
+    assert writer.actor.held == 2 and ledger.count("settlements") == 0
+    assert any("2 fact(s) held for the next write" in r.message for r in caplog.records)
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1b")))  # the next write: still locked
+    dispatcher.run_until_idle()
+    assert writer.actor.held == 3
+    router.tell(LEDGER, TenantStateChanged(TenantSnapshot("manifest1c")))  # unlocked: all four, in order
+    dispatcher.run_until_idle()
+    assert writer.actor.held == 0 and ledger.count("settlements") == 1
+    assert [s.tenant for s in ledger.tenant_snapshots()] == ["manifest1a", "manifest1b", "manifest1c"]
+
+
 def test_billing_tick_due_runs_the_tick_at_its_time(tmp_path, clock, caplog):
     dispatcher = ManualDispatcher(clock.now)
     router = Router()
