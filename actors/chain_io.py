@@ -30,6 +30,7 @@ from messages.chain_actor import (
     CloseBatchCall,
     CreditCall,
     CreditReadsCall,
+    LeaseCall,
     LeaseCheckAnswered,
     LeaseCheckCall,
     NodeStatusAnswered,
@@ -41,9 +42,9 @@ from messages.chain_actor import (
     WithdrawTxSigned,
 )
 from messages.credit import CreditRead, CreditReadFailed
-from messages.scheduler import ActiveLeasesRead
+from messages.scheduler import ActiveLeasesRead, LeaseRead
 from runtime.dispatch import Dispatcher, PooledActor, current_sender, sending_as
-from runtime.router import CHAIN, CHAIN_IO, Router, tenant_address
+from runtime.router import CHAIN, CHAIN_IO, SCHEDULER, Router, tenant_address
 
 __all__ = ["ChainIO", "InlineExecutor", "Executor", "pool"]
 
@@ -93,6 +94,7 @@ class ChainIO(PooledActor):
         self._handlers: dict[type, tuple[Executor, Callable[[Any], tuple[str, Any]]]] = {
             CreditCall: (reads, self._credit),
             ActiveLeasesCall: (reads, self._active_leases),
+            LeaseCall: (reads, self._lease),
             NodeStatusCall: (reads, self._node_status),
             LeaseCheckCall: (reads, self._lease_check),
             WithdrawPageCall: (writes, self._withdraw_page),
@@ -164,6 +166,10 @@ class ChainIO(PooledActor):
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
         return m.reply_to, ActiveLeasesRead(m.cycle, leases or (), error)
+
+    def _lease(self, m: LeaseCall) -> tuple[str, Any]:
+        lease, error = _attempt("lease", lambda: self.client.lease(m.lease_uuid))
+        return SCHEDULER, LeaseRead(m.lease_uuid, lease, error)
 
     def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
         status, error = _attempt("node_status", self.client.node_status)

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from actors.effects import Effect, Note, Retire, Send, Spawn
+from actors.lease_reads import LeaseReads
 from messages.chain import Lease, LeaseSettled
 from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.coins import format_coins
@@ -41,6 +42,7 @@ from messages.scheduler import (
     ClosuresFlushed,
     CycleDeadline,
     LeaseEventReceived,
+    LeaseRead,
     Reconcile,
     RunCycle,
     StartSchedule,
@@ -127,6 +129,8 @@ class SchedulerDecisions:
         self.wake_token = 0
         self.wake_at: datetime | None = None
         self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
+        #: leases to be read from the chain for the books (``actors.lease_reads``)
+        self.lease_reads = LeaseReads()
 
     # -- dispatch ---------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
@@ -290,6 +294,7 @@ class SchedulerDecisions:
         out: list[Effect] = []
         started = retired = 0
         tenants = self.tenants
+        vanished: list[str] = []  # leases ended unseen: the books need the chain's word on them
         for tenant, tenant_leases in groups.items():
             uuids = frozenset([lease.uuid for lease in tenant_leases])
             entry = tenants.get(tenant)
@@ -298,10 +303,12 @@ class SchedulerDecisions:
                 out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
                 started += 1
             elif not entry.synced or entry.leases != uuids:
+                vanished += entry.leases - uuids
                 entry.leases, entry.synced = uuids, True
                 out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases))))
         for tenant in [t for t in self.tenants if t not in groups]:
             # No active lease left on chain: the monitor clears its state and goes.
+            vanished += self.tenants[tenant].leases
             del self.tenants[tenant]
             out.append(Send(tenant_address(tenant), LeasesSynced(())))
             out.append(Retire(tenant))
@@ -310,6 +317,7 @@ class SchedulerDecisions:
         # active have ended unseen (events lost in a websocket gap), and the
         # prices of leases first heard of from an event.
         out.append(Send(LEDGER, LeasesReconciled(now, tuple(leases))))
+        out += self.lease_reads.ask(sorted(vanished)) + self.lease_reads.retry()
         if started or retired:
             out.append(Note(f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched"))
         return out
@@ -425,6 +433,10 @@ class SchedulerDecisions:
         out: list[Effect] = []
         if ours:
             out.append(Send(LEDGER, LeaseEventRecorded(now, ev)))
+            if ev.kind in ("acknowledged", "closed", "expired", "auto_closed"):
+                # Its price and the chain's own times, for the books: it may
+                # end before any active-lease read sees it.
+                out += self.lease_reads.ask((ev.lease_uuid,))
         if ours and ev.kind in ("created", "acknowledged"):
             lease = Lease(
                 ev.lease_uuid,
@@ -467,6 +479,9 @@ class SchedulerDecisions:
                 out += self._begin(f"auto-close elsewhere for {ev.tenant}", now, withdraw=True)
         return out
 
+    def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
+        return self.lease_reads.answered(message, now)
+
     _handlers = {
         StartSchedule: _start,
         StopSchedule: _stop,
@@ -482,4 +497,5 @@ class SchedulerDecisions:
         ClosuresFlushed: _flushed,
         CycleDeadline: _deadline,
         LeaseEventReceived: _lease_event,
+        LeaseRead: _lease_read,
     }

@@ -49,6 +49,10 @@ class ChainClient(Protocol):
         """All the provider's ACTIVE leases (every page)."""
         ...
 
+    def lease(self, lease_uuid: str) -> Lease:
+        """One lease in any state (its price, and the chain's own times)."""
+        ...
+
     def credit_account(self, tenant: str) -> CreditAccount: ...
 
     def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:

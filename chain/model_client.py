@@ -150,6 +150,9 @@ class ModelChainClient:
             "active_leases_by_provider", provider_uuid, lambda: self.model.active_leases_by_provider(provider_uuid)
         )
 
+    def lease(self, lease_uuid: str) -> Lease:
+        return self._call("lease", lease_uuid, lambda: self.model.lease(lease_uuid))
+
     def credit_account(self, tenant: str) -> CreditAccount:
         return self._call("credit_account", tenant, lambda: self.model.credit_account(tenant))
 

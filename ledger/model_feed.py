@@ -16,8 +16,10 @@ tenant state. To bill a month to the chain's last unit it also needs:
 
 ``ModelLedgerFeed`` does that for the ``model`` chain mode, reading the model
 the way ``sidecar.app.ModelEventFeed`` does; it is a sidecar part (``extra``),
-sending to ``ledger`` as ``listener``. On a real node the same facts come from
-the chain I/O (withdraw tx events, ``Lease`` queries) and the listener.
+sending to ``ledger`` as ``listener``. In every mode the scheduler also has
+the leases of our lease events, and those that vanish from the active set,
+read from the chain for the books (``actors.lease_reads``); settlements come
+from the chain I/O (withdraw and close tx events) and the listener.
 """
 
 from __future__ import annotations

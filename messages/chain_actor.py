@@ -25,6 +25,7 @@ __all__ = [
     "WithdrawTxAnswered",
     "WithdrawLookupsRestored",
     "ActiveLeasesCall",
+    "LeaseCall",
     "CreditCall",
     "CreditReadsCall",
     "NodeStatusCall",
@@ -135,6 +136,14 @@ class ActiveLeasesCall:
 
     cycle: int
     reply_to: str
+
+
+@message("lease_call")
+@dataclass(frozen=True, slots=True)
+class LeaseCall:
+    """Read one lease, in any state; answered with ``messages.scheduler.LeaseRead`` to the scheduler."""
+
+    lease_uuid: str
 
 
 @message("credit_call")

@@ -21,6 +21,7 @@ __all__ = [
     "RunCycle",
     "WithdrawFinished",
     "ActiveLeasesRead",
+    "LeaseRead",
     "TenantChecked",
     "ClosuresFlushed",
     "LeaseEventReceived",
@@ -75,6 +76,16 @@ class WithdrawFinished:
 class ActiveLeasesRead:
     cycle: int
     leases: tuple[Lease, ...] = ()
+    error: ChainFailure | None = None
+
+
+@message("lease_read")
+@dataclass(frozen=True, slots=True)
+class LeaseRead:
+    """One lease as the chain answered a ``LeaseCall`` (None, with the error, when it did not)."""
+
+    lease_uuid: str
+    lease: Lease | None = None
     error: ChainFailure | None = None
 
 

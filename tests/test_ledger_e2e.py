@@ -140,6 +140,10 @@ class Life:
     path: Path
     #: chain-io's tx executor (default: inline)
     writes: Any = None
+    #: The model's own feed of ``LeaseObserved`` and settlements to the ledger
+    #: (``ModelLedgerFeed``), which only the ``model`` chain mode has; without
+    #: it the sidecar runs as against a node.
+    ledger_feed: bool = True
     dispatcher: ManualDispatcher = field(init=False)
     ledger: Ledger = field(init=False)
     sidecar: Sidecar = field(init=False)
@@ -155,8 +159,9 @@ class Life:
         parts: list[Callable[[Sidecar], Any]] = [
             lambda s: start_ledger_writer(s.router, clock, self.ledger, LEDGER_SETTINGS, dispatcher=self.dispatcher),
             lambda s: ModelEventFeed(chain.model, s.router),
-            lambda s: ModelLedgerFeed(chain.model, s.router, PROVIDER, self.ledger),
         ]
+        if self.ledger_feed:
+            parts.append(lambda s: ModelLedgerFeed(chain.model, s.router, PROVIDER, self.ledger))
         self.sidecar = Sidecar(
             clock=clock,
             dispatcher=self.dispatcher,
@@ -457,3 +462,37 @@ def test_killed_while_the_client_waited_for_inclusion_the_restarted_sidecar_book
     second.run_until(chain.clock.now() + timedelta(minutes=1))
     assert _booked(second.ledger, applied) == (1, 2)  # the page, and what it took from each of the two leases (not twice)
     assert second.ledger.withdraw_lookups() == []
+
+
+def test_as_against_a_node_a_lease_opened_and_closed_within_the_hour_is_priced_and_billed(tmp_path):
+    """No active-lease read ever sees it: its events have it read from the chain for the books."""
+    chain = Chain(utc(2026, 2, 27))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    chain.lease(RICH, [item(3, 2)])
+    life = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    life.run_until(utc(2026, 3, 10, 10, 5))
+    short = chain.lease(RICH, [item(5)])
+    life.dispatcher.run_until_idle()
+    life.run_until(utc(2026, 3, 10, 10, 20))
+    chain.model.close_leases(RICH, [short], "tenant left")
+    life.dispatcher.run_until_idle()
+    life.run_until(MAR.end + timedelta(hours=GRACE_HOURS + 1, minutes=1))
+    row = life.ledger.lease(short)
+    assert row["priced"] and json.loads(row["items"]) == [["sku-1", 1, "umfx", "5"]]
+    assert [r.status for r in Periods(life.ledger).runs(MAR)] == ["completed"]
+    assert tenant_totals(life.ledger, MAR)[RICH]["umfx"][0] > 0
+
+
+def test_as_against_a_node_a_lease_closed_while_down_is_billed_to_the_chains_close(tmp_path):
+    chain = Chain(utc(2026, 2, 27))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    lease = chain.lease(RICH, [item(3, 2)])
+    first = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    first.run_until(utc(2026, 3, 10))
+    first.kill()
+    chain.clock.advance_to(utc(2026, 3, 12, 12) + timedelta(microseconds=500_000))
+    chain.model.close_leases(RICH, [lease], "tenant left")
+    chain.clock.advance_to(utc(2026, 4, 2))
+    second = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    second.run_until(utc(2026, 4, 2, 2))
+    assert second.ledger.lease(lease)["closed_at_us"] == to_us(chain.model.lease(lease).closed_at)
