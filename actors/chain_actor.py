@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from actors.close_lookup import CloseLookups
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.shell import CoreActor
@@ -20,6 +21,7 @@ from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
 from messages.chain_actor import (
     CloseBatchAnswered,
+    CloseTxAnswered,
     FlushClosures,
     LeaseCheckAnswered,
     NodeStatusAnswered,
@@ -48,6 +50,7 @@ class ChainDecisions:
         self.rounds: dict[int, CloseRound] = {}
         self._round_counter = 0
         self.lookups = WithdrawLookups()
+        self.close_lookups = CloseLookups()
 
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         if isinstance(message, WithdrawRequested):
@@ -73,6 +76,8 @@ class ChainDecisions:
             return out
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)
+        if isinstance(message, CloseTxAnswered):
+            return self.close_lookups.answered(message, now)
         if isinstance(message, WithdrawLookupsRestored):
             return self.lookups.restore(message.lookups, now)
         if isinstance(message, RetryWithdrawPage):
@@ -109,10 +114,26 @@ class ChainDecisions:
                 out = rnd.on_batch(message, now)
             else:
                 out = rnd.on_check(message, now)
+            if isinstance(message, CloseBatchAnswered):
+                out += self._look_up_close(rnd, message, now)
             if rnd.finished:
                 del self.rounds[rnd.round]
             return out
         raise TypeError(f"ChainActor cannot handle {type(message).__name__}")
+
+    def _look_up_close(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
+        """A batch that failed here but may have been applied there: find out what it settled."""
+        error = m.error
+        batch = rnd.batches.get(m.batch)
+        if error is None or not error.may_have_committed or not error.tx_hash or batch is None:
+            return []
+        leases = set(m.lease_uuids)
+        by_tenant = tuple(
+            (r.tenant, tuple(u for u in r.lease_uuids if u in leases))
+            for r in rnd.requests
+            if not leases.isdisjoint(r.lease_uuids)
+        )
+        return self.close_lookups.begin(error.tx_hash, by_tenant, batch.reason, now)
 
 
 class ChainActor(CoreActor):

@@ -28,6 +28,8 @@ from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
     CloseBatchCall,
+    CloseTxAnswered,
+    CloseTxCall,
     CreditCall,
     CreditReadsCall,
     LeaseCall,
@@ -100,6 +102,7 @@ class ChainIO(PooledActor):
             WithdrawPageCall: (writes, self._withdraw_page),
             WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
+            CloseTxCall: (reads, self._close_tx),
         }
 
     def on_receive(self, message: Any) -> None:
@@ -196,6 +199,10 @@ class ChainIO(PooledActor):
     def _withdraw_tx(self, m: WithdrawTxCall) -> tuple[str, Any]:
         page, error = _attempt("withdraw_outcome", lambda: self.client.withdraw_outcome(m.tx_hash, self.provider_uuid))
         return CHAIN, WithdrawTxAnswered(m.cycle, m.page, m.tx_hash, m.attempt, page, error)
+
+    def _close_tx(self, m: CloseTxCall) -> tuple[str, Any]:
+        outcome, error = _attempt("close_outcome", lambda: self.client.close_outcome(m.tx_hash, m.lease_uuids))
+        return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
         outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))

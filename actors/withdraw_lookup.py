@@ -41,12 +41,13 @@ from datetime import datetime, timedelta
 
 from actors.effects import Effect, Note, Send
 from actors.withdraw_cycle import page_to_ledger
+from messages.chain import ChainFailure
 from messages.chain_actor import WithdrawPageAnswered, WithdrawTxAnswered, WithdrawTxCall, WithdrawTxSigned
 from messages.coins import format_coins
 from messages.ledger import WithdrawLookupClosed, WithdrawLookupOpened
 from runtime.router import CHAIN_IO, LEDGER
 
-__all__ = ["WithdrawLookups", "LOOKUP_DELAYS"]
+__all__ = ["WithdrawLookups", "LOOKUP_DELAYS", "not_applied_yet"]
 
 #: When to look a tx up, each counted from the previous lookup. The client
 #: already waited its ``tx_timeout`` for inclusion; a tx still in a mempool
@@ -132,19 +133,27 @@ class WithdrawLookups:
                 *page_to_ledger(m.cycle, m.page, page, now),
                 self._end(m.tx_hash),
             ]
-        if m.error is not None and not m.error.transient:
-            end = self._end(m.tx_hash)
-            if m.error.may_have_committed:
-                return [Note(f"{where}: its outcome cannot be read ({m.error.message}); look it up by hand"), end]
-            return [Note(f"{where} was included and failed ({m.error.message}): it withdrew nothing"), end]
-        if m.attempt >= len(LOOKUP_DELAYS):
-            waited = sum(LOOKUP_DELAYS, timedelta()).total_seconds() / 60
-            return [Note(f"{where} is still unknown to the node after {m.attempt} lookups over {waited:g} minutes: "
-                         "taken as never applied (if it was, its settlements are missing from the books)"),
-                    self._end(m.tx_hash)]
-        delay = LOOKUP_DELAYS[m.attempt]
-        why = f"lookup failed ({m.error.message})" if m.error is not None else "not known to the node yet"
-        return [
-            Note(f"{where}: {why}; next lookup in {delay.total_seconds():g}s"),
-            Send(CHAIN_IO, WithdrawTxCall(m.cycle, m.page, m.tx_hash, m.attempt + 1), at=now + delay),
-        ]
+        text, delay = not_applied_yet(where, m.attempt, m.error, "it withdrew nothing")
+        if delay is None:
+            return [Note(text), self._end(m.tx_hash)]
+        return [Note(text), Send(CHAIN_IO, WithdrawTxCall(m.cycle, m.page, m.tx_hash, m.attempt + 1), at=now + delay)]
+
+
+def not_applied_yet(where: str, attempt: int, error: ChainFailure | None, nothing: str) -> tuple[str, timedelta | None]:
+    """A lookup that found no applied tx: what to say, and when to look again (None: the lookups end).
+
+    ``where`` names the tx, ``nothing`` says what a tx that failed did
+    ("it withdrew nothing"). An error that is not transient ends the
+    lookups: the tx was included and failed, or its outcome cannot be read.
+    """
+    if error is not None and not error.transient:
+        if error.may_have_committed:
+            return f"{where}: its outcome cannot be read ({error.message}); look it up by hand", None
+        return f"{where} was included and failed ({error.message}): {nothing}", None
+    if attempt >= len(LOOKUP_DELAYS):
+        waited = sum(LOOKUP_DELAYS, timedelta()).total_seconds() / 60
+        return (f"{where} is still unknown to the node after {attempt} lookups over {waited:g} minutes: "
+                "taken as never applied (if it was, its settlements are missing from the books)"), None
+    delay = LOOKUP_DELAYS[attempt]
+    why = f"lookup failed ({error.message})" if error is not None else "not known to the node yet"
+    return f"{where}: {why}; next lookup in {delay.total_seconds():g}s", delay

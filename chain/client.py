@@ -45,6 +45,14 @@ class ChainClient(Protocol):
         """
         ...
 
+    def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
+        """What the close tx ``tx_hash`` of ``lease_uuids`` applied, once included; None while no node knows it.
+
+        Raises ``ChainError`` (not ``may_have_committed``) when it was included
+        and failed: it closed nothing.
+        """
+        ...
+
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         """All the provider's ACTIVE leases (every page)."""
         ...

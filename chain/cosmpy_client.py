@@ -347,8 +347,28 @@ class CosmpyChainClient:
         if found is None:
             return None
         if found.code != 0:
-            raise self._tx_error(op, found, included_at=found.height)
+            raise self._tx_error(op, found, included_at=found.height, final=True)
         return self._withdraw_page(op, self._included(op, tx_hash, found), provider_uuid)
+
+    def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
+        op = f"close_outcome {tx_hash}"
+        found = self._get_tx(op, tx_hash)
+        if found is None:
+            return None
+        if found.code != 0:
+            raise self._tx_error(op, found, included_at=found.height, final=True)
+        included = self._included(op, tx_hash, found)
+        closed = 0
+        for i, any_msg in enumerate(included.msg_responses):
+            if any_msg.type_url == MSG_CLOSE_LEASE_RESPONSE:
+                r = billing_tx.MsgCloseLeaseResponse()
+                self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
+                closed += r.closed_count
+        return CloseOutcome(
+            closed_count=closed,
+            tx_hashes=(included.txhash,),
+            settlements=self._settlements(op, included, lease_uuids=set(lease_uuids)),
+        )
 
     def _withdraw_page(self, op: str, included: IncludedTx, provider_uuid: str) -> WithdrawPage:
         r = billing_tx.MsgWithdrawResponse()
@@ -618,12 +638,18 @@ class CosmpyChainClient:
             time.sleep(min(self.tx_poll_interval, remaining))
 
     @staticmethod
-    def _tx_error(operation: str, r: abci_pb2.TxResponse, included_at: int = 0) -> ChainError:
+    def _tx_error(operation: str, r: abci_pb2.TxResponse, included_at: int = 0, final: bool = False) -> ChainError:
+        """The error of a tx the node refused or included failed.
+
+        ``final``: a tx found included and failed (a lookup): whatever its
+        code (out of gas, a sequence mismatch), asking again changes nothing.
+        """
         where = f" (included at height {included_at})" if included_at else ""
         return ChainError(
             f"{operation}: tx {r.txhash}{where}: {r.raw_log}",
             codespace=r.codespace or SDK,
             code=r.code,
+            transient=False if final else None,
         )
 
     @staticmethod

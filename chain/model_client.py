@@ -36,6 +36,8 @@ KEPT_WITHDRAW_PAGES = 10_000
 #: Per model, the withdraw pages it applied, by tx hash: the chain remembers
 #: its txs, so a client made after a restart finds what the one before sent.
 _PAGES: "weakref.WeakKeyDictionary[BillingModel, dict[str, WithdrawPage]]" = weakref.WeakKeyDictionary()
+#: The same for close txs (``close_outcome``), as many kept.
+_CLOSES: "weakref.WeakKeyDictionary[BillingModel, dict[str, CloseOutcome]]" = weakref.WeakKeyDictionary()
 _PAGES_LOCK = threading.Lock()
 
 
@@ -60,6 +62,8 @@ class ModelChainClient:
         #: withdraw pages the model applied, by tx hash (the latest KEPT_WITHDRAW_PAGES)
         with _PAGES_LOCK:
             self._pages = _PAGES.setdefault(model, {})
+            #: close outcomes the model applied, by tx hash (as many as pages are kept)
+            self._closes = _CLOSES.setdefault(model, {})
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
         model.subscribe(self._on_tx)
@@ -167,9 +171,28 @@ class ModelChainClient:
             r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))
             assert tx is not None, "a close that succeeded emits its lease_closed events"
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
-            return CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
+            outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
+            with _PAGES_LOCK:
+                self._closes[tx.tx_hash] = outcome
+                if len(self._closes) > KEPT_WITHDRAW_PAGES:
+                    del self._closes[next(iter(self._closes))]
+            if self.faults.answer_lost("close_leases"):
+                raise ChainError.transport(
+                    f"close_leases ({len(lease_uuids)} leases): tx {tx.tx_hash} was broadcast but not included in "
+                    "time (injected: the answer was lost)",
+                    may_have_committed=True,
+                    tx_hash=tx.tx_hash,
+                )
+            return outcome
 
         return self._call("close_leases", tuple(lease_uuids), send)
+
+    def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
+        def look_up() -> CloseOutcome | None:
+            with _PAGES_LOCK:
+                return self._closes.get(tx_hash)
+
+        return self._call("close_outcome", tx_hash, look_up)
 
     def node_status(self) -> NodeStatus:
         def status() -> NodeStatus:

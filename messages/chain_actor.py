@@ -24,6 +24,8 @@ __all__ = [
     "WithdrawTxCall",
     "WithdrawTxAnswered",
     "WithdrawLookupsRestored",
+    "CloseTxCall",
+    "CloseTxAnswered",
     "ActiveLeasesCall",
     "LeaseCall",
     "CreditCall",
@@ -118,6 +120,28 @@ class WithdrawTxAnswered:
     tx_hash: str
     attempt: int
     result: WithdrawPage | None = None
+    error: ChainFailure | None = None
+
+
+@message("close_tx_call")
+@dataclass(frozen=True, slots=True)
+class CloseTxCall:
+    """Look up what a close tx of unknown outcome applied (``ChainClient.close_outcome``)."""
+
+    tx_hash: str
+    lease_uuids: tuple[str, ...]
+    attempt: int
+
+
+@message("close_tx_answered")
+@dataclass(frozen=True, slots=True)
+class CloseTxAnswered:
+    """``result``: what the tx closed; neither it nor ``error``: no node knows the tx (yet)."""
+
+    tx_hash: str
+    lease_uuids: tuple[str, ...]
+    attempt: int
+    result: CloseOutcome | None = None
     error: ChainFailure | None = None
 
 

@@ -14,6 +14,7 @@ from messages.chain_actor import (
     LeaseCheckAnswered,
     LeaseCheckCall,
     NodeStatusAnswered,
+    NodeStatusCall,
 )
 from messages.coins import Coin
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
@@ -96,3 +97,46 @@ def test_each_batchs_lease_settlements_go_to_the_ledger() -> None:
     rnd.on_status(NodeStatusAnswered(2, FRESH), T0)
     err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
     assert not msgs(rnd.on_batch(CloseBatchAnswered(2, 1, ("c",), error=err), T0), SettlementsRecorded)
+
+
+def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reaches_the_books() -> None:
+    """Its answer lost, the batch fails here; the chain may have applied it: the tx is looked up."""
+    from actors.chain_actor import ChainDecisions
+    from actors.withdraw_lookup import LOOKUP_DELAYS
+    from messages.chain_actor import CloseTxAnswered, CloseTxCall, FlushClosures
+
+    chain = ChainDecisions(S)
+    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted"), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted"), T0)
+    (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True,
+                        tx_hash="AB" * 32)
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, None, lost), T0)
+    assert {m.tenant for m in msgs(out, CloseFailed)} == {"manifest1a", "manifest1b"}  # they ask again
+    (look,) = [e for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)]
+    assert look.at == T0 + LOOKUP_DELAYS[0] and look.message.lease_uuids == ("la", "lb")
+    # Not known yet: the next lookup; then found applied.
+    later = T0 + LOOKUP_DELAYS[0]
+    out = chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 1), later)
+    (again,) = [e for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)]
+    assert again.message.attempt == 2 and again.at == later + LOOKUP_DELAYS[1]
+    settled = tuple(LeaseSettled(T0, "AB" * 32, u, (Coin("umfx", 7),), kind="close") for u in ("la", "lb"))
+    outcome = CloseOutcome(2, ("AB" * 32,), settled)
+    out = chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 2, outcome), later)
+    assert msgs(out, SettlementsRecorded) == [SettlementsRecorded(settled)]
+    assert [(c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
+        ("manifest1a", ("la",), ("AB" * 32,)), ("manifest1b", ("lb",), ("AB" * 32,))]
+    assert chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 3, outcome), later) == []  # already settled
+
+
+def test_a_close_looked_up_and_found_included_and_failed_closed_nothing() -> None:
+    from actors.close_lookup import CloseLookups
+    from messages.chain_actor import CloseTxAnswered
+
+    lookups = CloseLookups()
+    lookups.begin("CD" * 32, (("manifest1a", ("la",)),), "credit depleted", T0)
+    failed = ChainFailure("close_outcome", "out of gas", codespace="sdk", code=11, transient=False)
+    (note,) = lookups.answered(CloseTxAnswered("CD" * 32, ("la",), 1, None, failed), T0)
+    assert "was included and failed" in note.text and "it closed nothing" in note.text
+    assert lookups.pending == {}

@@ -189,6 +189,11 @@ def test_out_of_gas_at_inclusion_is_retried_with_more_gas(world: World) -> None:
     assert page.tx_hash == world.node.included_txs()[-1].txhash
     accrued, paid = world.model.lease_totals(world.model.active_leases_by_provider(PROVIDER)[0].uuid)
     assert accrued == paid and paid["umfx"] > 0
+    # Looked up, the tx that ran out of gas is final: a lookup that asked again would find the same.
+    failed = world.node.included_txs()[0].txhash
+    with pytest.raises(ChainError) as info:
+        client.withdraw_outcome(failed, PROVIDER)
+    assert (info.value.code, info.value.transient, info.value.may_have_committed) == (11, False, False)
 
 
 def test_close_batch_with_a_closed_lease_fails_whole_with_billing_code_3(world: World) -> None:
@@ -333,3 +338,19 @@ def test_wait_for_inclusion_uses_real_blocks(world: World) -> None:
     world.clock.advance(timedelta(seconds=5))
     th.join(timeout=5)
     assert result and world.node.get_tx(result[0].tx_hash).height == height + 1
+
+
+def test_a_close_of_unknown_outcome_is_read_back_by_its_tx(world: World) -> None:
+    lease = world.lease(world.tenant("t1"))
+    client = world.client(tx_timeout=0.2)
+    world.blocks.pause()
+    with pytest.raises(ChainError) as info:
+        client.close_leases([lease], "bye")
+    tx_hash = info.value.tx_hash
+    assert info.value.may_have_committed and tx_hash
+    assert client.close_outcome(tx_hash, [lease]) is None  # in the mempool: not included yet
+    world.blocks.resume()
+    wait_until(lambda: len(world.node.included_txs()) == 1, what="the timed-out close to be included")
+    outcome = client.close_outcome(tx_hash, [lease])
+    assert outcome is not None and outcome.closed_count == 1 and outcome.tx_hashes == (tx_hash,)
+    assert [(s.lease_uuid, s.kind, s.tx_hash) for s in outcome.settlements] == [(lease, "close", tx_hash)]
