@@ -39,7 +39,6 @@ import dataclasses  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 import types  # noqa: E402
 import typing  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -57,11 +56,9 @@ from capture.format import DeliveryRecord  # noqa: E402
 from capture.wire import CaptureDecoder, CaptureEncoder  # noqa: E402
 from messages.codec import registry  # noqa: E402
 from messages.scheduler import TenantChecked  # noqa: E402
-from replay.engine import _collect_less  # noqa: E402
-from replay_speed import make_capture  # noqa: E402
+from replay_speed import REPEATS, make_capture, rounds  # noqa: E402  (the same capture, the same rounds)
 
 FRAME = 1024
-REPEATS = 7
 
 
 def struct_mirrors() -> dict[type, type]:
@@ -112,17 +109,6 @@ def to_mirror(value: Any, mirrors: dict[type, type]) -> Any:
     if isinstance(value, tuple):
         return tuple(to_mirror(v, mirrors) for v in value)
     return value
-
-
-def rounds(stages: dict[str, Any]) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in stages}
-    for _ in range(REPEATS):
-        for name, fn in stages.items():
-            with _collect_less():
-                t = time.process_time()
-                fn()
-                times[name].append(time.process_time() - t)
-    return times
 
 
 def main() -> int:
