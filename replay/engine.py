@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
 
 from actors.effects import Note, Retire, Send, Spawn
+from capture.errors import CaptureError
 from capture.format import DeliveryRecord, FilePart, OpaqueDelivery, RunEnd, RunStart
 from capture.reader import Batch, Entry
 from capture.writer import effective_config
@@ -799,10 +800,14 @@ class Replayer:
         begins_late: list[str] = []
         if start is None and part is not None and part.start is not None:
             # The run's first files are gone (removed to keep the captures
-            # under their size budget, or not given): its later files repeat
-            # its start, configuration included.
+            # under their size budget, or not given), or its start record is
+            # damaged: every file's header repeats its start, configuration
+            # included.
             start = part.start
-            begins_late.append(f"run {run_id} begins at part {part.part}: its earlier files are not among those given")
+            if part.part == 0:
+                begins_late.append(f"run {run_id}: its start record could not be read; its file header's copy is used")
+            else:
+                begins_late.append(f"run {run_id} begins at part {part.part}: its earlier files are not among those given")
         if self.config is not None:
             config = self.config
             if self.overrides:
@@ -841,16 +846,41 @@ class Replayer:
             yield from self._replay(entries)
 
     def _replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
+        state: list[_Run | None] = [None]  # the run being replayed, for the error path below
+        try:
+            yield from self._replay_runs(entries, state)
+        except CaptureError:
+            # A bad record stops the replay: what the run showed up to it is
+            # still reported (its divergences, its counts), then the error.
+            run = state[0]
+            if run is not None:
+                yield from self._end(run)
+            raise
+
+    def _replay_runs(self, entries: Iterable[Entry], state: list[_Run | None]) -> Iterator[Any]:
         run: _Run | None = None
         until = self.until
         stop = False
+        #: a run's first file, whose start record should come next (--skip-bad may have skipped it)
+        first_part: tuple[str, int, FilePart, int] | None = None
         for path, offset, records, start in _batches(entries):
             index = start
             for rec in records:
                 t = type(rec)
                 if t is DeliveryRecord or t is OpaqueDelivery:
+                    if first_part is not None:
+                        # Its start record was skipped: the run begins from its file header.
+                        p_path, p_offset, part, p_index = first_part
+                        first_part = None
+                        if run is not None:
+                            state[0] = None
+                            yield from self._end(run)
+                        run, begins = self._begin(Entry(p_path, p_offset, part, p_index), None, part.run_id, part)
+                        state[0] = run
+                        yield begins
                     if run is None:
                         run, begins = self._begin(Entry(path, offset, rec, index), None, "unknown")
+                        state[0] = run
                         yield begins
                     if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
                         run.cut = True
@@ -866,19 +896,28 @@ class Replayer:
                         stop = True
                         break
                 elif t is RunStart:
+                    first_part = None
                     if run is not None:
+                        state[0] = None
                         yield from self._end(run)
                     run, begins = self._begin(Entry(path, offset, rec, index), rec, rec.run_id)
+                    state[0] = run
                     yield begins
                 elif t is FilePart:
-                    if rec.part > 0 and (run is None or run.run_id != rec.run_id):
+                    if rec.part == 0:
+                        first_part = (path, offset, rec, index) if rec.start is not None else None
+                    elif run is None or run.run_id != rec.run_id:
                         if run is not None:
+                            state[0] = None
                             yield from self._end(run)
                         run, begins = self._begin(Entry(path, offset, rec, index), None, rec.run_id, rec)
+                        state[0] = run
                         yield begins
                 elif t is RunEnd:
+                    first_part = None
                     if run is not None:
                         run.clean_end = True
+                        state[0] = None
                         yield from self._end(run)
                         run = None
                 if index >= 0:
@@ -886,6 +925,7 @@ class Replayer:
             if stop:
                 break
         if run is not None:
+            state[0] = None
             yield from self._end(run)
 
 

@@ -380,6 +380,29 @@ def test_cli_skip_bad_counts_and_exit_status(tmp_path):
     assert "no clean stop recorded" in text
 
 
+def test_a_replay_stopped_by_a_bad_record_still_reports_what_it_found_before(tmp_path):
+    """Without --skip-bad a crash's partial record ends the replay: its divergences and counts stay."""
+    paths = live_run(tmp_path)
+    data = open(paths[-1], "rb").read()
+    open(paths[-1], "wb").write(data[:-5])  # the RunEnd record is cut
+    status, text, err = _cli(paths, build=toy_builder(threshold=2))
+    assert status == 3 and "truncated record" in err  # diverged, and bad logs
+    assert "DIVERGENCE changed" in text and "== replayed 1 run(s), 46 records" in text
+
+
+def test_skip_bad_past_a_damaged_start_record_begins_the_run_from_its_file_header(tmp_path):
+    from capture.format import FILE_HEADER, FRAME_HEADER
+
+    paths = live_run(tmp_path)
+    data = bytearray(open(paths[0], "rb").read())
+    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
+    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside the RunStart frame
+    open(paths[0], "wb").write(bytes(data))
+    status, text, _ = _cli(paths, ("skip_bad", True))
+    assert status == 2 and "its start record could not be read; its file header's copy is used" in text
+    assert "== replayed 1 run(s), 46 records" in text and "no divergence" in text
+
+
 def test_cli_step_pauses_after_each_line(tmp_path):
     paths = live_run(tmp_path, cycles=1)
     status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
