@@ -110,6 +110,11 @@ CAPTURE_FILE_NAME = re.compile(r"^leasewarden-(\d{8}T\d{6})Z-([0-9A-Za-z]+)-(\d{
 #: How long ``close()`` waits for the writer thread to drain its queue.
 CLOSE_TIMEOUT_S = 60.0
 
+#: Longest the idle writer sleeps without looking at its queue: a wake-up
+#: lost to a race between a tap and the writer going idle costs at most this
+#: long, never records left unwritten until the next batch fills up.
+IDLE_WAIT_MAX_S = 1.0
+
 
 def sidecar_version() -> str:
     """The installed leasewarden version, else the one in the checkout's setup.cfg."""
@@ -425,6 +430,8 @@ class CaptureWriter:
         self._controls_lock = threading.Lock()
         self._waiting_for_room = 0
         self._thread: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
+        self._stop_flusher = threading.Event()
         self._open = False
         self._closed = False
         self.failed: CaptureWriteError | None = None
@@ -462,7 +469,26 @@ class CaptureWriter:
         if self.settings.background:
             self._thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
             self._thread.start()
+        elif self.settings.flush == "interval" and self._monotonic is time.monotonic:
+            # Written in the tapping thread, the interval is only looked at
+            # when the next delivery comes: after a quiet spell nothing would
+            # flush what waits, and a crash would lose it. (With a monotonic
+            # clock of its own, the caller drives time: it calls flush_due.)
+            self._flusher = threading.Thread(target=self._flush_on_time, name="capture-flusher", daemon=True)
+            self._flusher.start()
         return self
+
+    def _flush_on_time(self) -> None:
+        interval = self.settings.flush_interval.total_seconds()
+        while not self._stop_flusher.wait(interval / 2):
+            self.flush_due()
+
+    def flush_due(self) -> None:
+        """Without the background writer: flush what the interval policy says is due by now."""
+        with self._lock:
+            sink = self._sink
+            if not self._closed and sink is not None and sink.due_in() == 0.0:
+                self._flush_now()
 
     def __enter__(self) -> "CaptureWriter":
         return self if self._open else self.open()
@@ -655,10 +681,12 @@ class CaptureWriter:
                 left = max(0.0, gathering_since + gather_s - monotonic())
                 timeout = left if timeout is None else min(timeout, left)
             self._idle = True
-            if len(q) >= wake_at or self._urgent:
+            # Looked at again once idle: a tap that came after the queue was
+            # read above, but before the writer said it was idle, woke no one.
+            if len(q) >= wake_at or self._urgent or (q and gathering_since is None):
                 self._idle = False
                 continue
-            self._wake.wait(timeout)
+            self._wake.wait(IDLE_WAIT_MAX_S if timeout is None else timeout)
             self._wake.clear()
             self._idle = False
 
@@ -722,6 +750,10 @@ class CaptureWriter:
             self._thread = None
             self._closed = True
         else:
+            self._stop_flusher.set()
             with self._lock:
                 self._closed = True
                 self._finish()
+            if self._flusher is not None:
+                self._flusher.join(CLOSE_TIMEOUT_S)
+                self._flusher = None

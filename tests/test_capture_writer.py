@@ -158,6 +158,57 @@ def test_flush_policy_interval(tmp_path, clock):
     writer.close()
 
 
+def test_without_the_background_writer_the_interval_flushes_after_a_quiet_spell(tmp_path, clock):
+    """No delivery after the first three: the interval still flushes them (a crash would lose them)."""
+    mono = FakeMonotonic()
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(seconds=2), background=False)
+    writer = CaptureWriter(s, clock_now=clock.now, monotonic=mono).open()
+    for seq in range(1, 4):
+        writer(delivery(seq, clock))
+    writer.flush_due()
+    assert _disk_records(writer.paths[0]) == 0  # not due yet
+    mono.t += 2.0
+    writer.flush_due()  # what the timer does, with the real clock, every half interval
+    assert _disk_records(writer.paths[0]) == 3
+    writer.close()
+    # With the real clock a timer does it.
+    s = settings(tmp_path / "real", flush="interval", flush_interval=timedelta(milliseconds=20), background=False)
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    for seq in range(1, 4):
+        writer(delivery(seq, clock))
+    deadline = time.monotonic() + 5
+    while _disk_records(writer.paths[0]) < 3:
+        assert time.monotonic() < deadline, "nothing flushed the quiet writer"
+        time.sleep(0.01)
+    writer.close()
+
+
+def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock):
+    """The tap lands after the writer found the queue empty and before it said it was idle: no wake-up."""
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=100))
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    sink = writer._sink
+    real_due_in = sink.due_in
+    armed = threading.Event()
+
+    def due_in():  # the writer thread calls this in that very window; another thread taps now
+        if armed.is_set():
+            armed.clear()
+            tapper = threading.Thread(target=writer, args=(delivery(1, clock),))
+            tapper.start()
+            tapper.join()
+        return real_due_in()
+
+    sink.due_in = due_in
+    armed.set()
+    writer._wake.set()  # the idle writer goes round its loop once
+    deadline = time.monotonic() + 5
+    while _disk_records(writer.paths[0]) < 1:
+        assert time.monotonic() < deadline, "the tapped delivery was left in the queue"
+        time.sleep(0.01)
+    writer.close()
+
+
 def test_background_writer_flushes_on_its_own_when_the_interval_passes(tmp_path, clock):
     s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=20))
     writer = CaptureWriter(s, clock_now=clock.now).open()
