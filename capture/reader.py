@@ -230,6 +230,11 @@ class _Decoding:
                     self.clean = False
                     out.append(CorruptRecord(path, offset, f"record {i} of the frame: delivery fields have the wrong types"))
                     continue
+                if not (0 < seq < MAX_SEQ and 0 <= cause < MAX_SEQ):
+                    self.clean = False
+                    out.append(CorruptRecord(path, offset, f"record {i} of the frame: sequence number {seq} or "
+                                                           f"cause {cause} out of range"))
+                    continue
                 if problems:
                     bad = first_undecodable(message)
                     if bad is not None:
@@ -256,11 +261,17 @@ class _Decoding:
                 raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
             try:
                 return [_header_record(kind, value[1])]
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a clock speed of 400 digits
                 raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
         raise NewerCaptureFormat(
             path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
         )
+
+
+#: Sequence numbers a delivery can have: from 1, below 2**53 (a float's exact
+#: integers, which JSON output keeps). A run delivering a million messages a
+#: second would take 285 years to reach it; a larger one is damaged data.
+MAX_SEQ = 2**53
 
 
 def _typed(d: dict[Any, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -274,7 +285,7 @@ def _header_record(kind: int, d: dict[Any, Any]) -> Any:
     if kind == KIND_RUN_START:
         config = _typed(d, "config", dict)
         for section, values in config.items():
-            if not isinstance(section, str) or not isinstance(values, dict):
+            if not isinstance(section, str) or not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
                 raise TypeError("config is not {section: {key: value}}")
         extra = d.get("extra", {})
         if not isinstance(extra, dict):

@@ -77,6 +77,11 @@ __all__ = [
     "CLOCK",
 ]
 
+#: Inputs a run's bitmap covers from its first one (a 1 GiB bitmap at most):
+#: a sequence number further off is damaged or crafted, and is kept in a set
+#: instead of making the bitmap that large.
+MAX_BITMAP_SPAN = 2**33
+
 #: The sender name of timer deliveries (``runtime.router.Router.tell_at``).
 CLOCK = "clock"
 
@@ -386,6 +391,11 @@ class _Run:
         self.pending: dict[int, _Input] = {}
         self.pending_immediate = 0
         self.inputs_bitmap = bytearray()
+        #: the first input's sequence number: bit 0 of the bitmap (a run whose
+        #: first files are gone starts far above 1)
+        self.inputs_base: int | None = None
+        #: inputs too far from the base for the bitmap (damaged or crafted numbers)
+        self.inputs_far: set[int] = set()
         self.last_delivery: dict[str, int] = {}
         self.last_at: datetime | None = None
         self.records = 0
@@ -403,9 +413,15 @@ class _Run:
 
     # -- inputs of replayed cores (a bitmap: a run can hold millions; _feed marks them) ---
     def _was_input(self, seq: int) -> bool:
-        i = seq >> 3
-        bm = self.inputs_bitmap
-        return 0 <= i < len(bm) and bool(bm[i] & (1 << (seq & 7)))
+        base = self.inputs_base
+        if base is None:
+            return False
+        d = seq - base
+        if 0 <= d < MAX_BITMAP_SPAN:
+            i = d >> 3
+            bm = self.inputs_bitmap
+            return i < len(bm) and bool(bm[i] & (1 << (d & 7)))
+        return seq in self.inputs_far
 
     # -- divergences ---------------------------------------------------------------------
     def _diverge(
@@ -588,11 +604,18 @@ class _Run:
         address = rec.recipient
         seq = rec.seq
         self.inputs += 1
-        i = seq >> 3  # mark the input in the bitmap (``_was_input`` reads it)
-        bm = self.inputs_bitmap
-        if i >= len(bm):
-            bm.extend(bytes(i - len(bm) + 4096))
-        bm[i] |= 1 << (seq & 7)
+        base = self.inputs_base  # mark the input in the bitmap (``_was_input`` reads it)
+        if base is None:
+            base = self.inputs_base = seq
+        d = seq - base
+        if 0 <= d < MAX_BITMAP_SPAN:
+            i = d >> 3
+            bm = self.inputs_bitmap
+            if i >= len(bm):
+                bm.extend(bytes(i - len(bm) + 4096))
+            bm[i] |= 1 << (d & 7)
+        else:
+            self.inputs_far.add(seq)
         at = rec.at
         out = self.out
         sender = rec.sender

@@ -234,6 +234,32 @@ def test_each_bad_delivery_names_its_own_error_when_one_holds_several(tmp_path):
     ]
 
 
+def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_path):
+    """Numbers no writer makes: a sequence number below 1 or past 2**53, a 400-digit clock speed, int config keys."""
+    from capture.format import RunStart
+
+    at = utc(2026, 3, 1)
+    start = RunStart("r1", at, "0.1.0", "ManualClock", 1.0, {"scheduler": {"withdraw_interval": "1h"}}).to_body()
+    huge_speed = [start[0], {**start[1], "clock_speed": 10**400}]
+    int_keys = [start[0], {**start[1], "config": {"scheduler": {1: "x", "y": 2}}}]
+    path = tmp_path / "a.lwcap"
+    offsets = _write_raw(path, [
+        _delivery_body(-5, "m"),
+        _delivery_body(2**62, "m"),
+        huge_speed,
+        int_keys,
+        _delivery_body(7, "fine"),
+    ])
+    with pytest.raises(CorruptRecord, match="sequence number -5 or cause 0 out of range") as err:
+        read_records([path])
+    assert err.value.offset == offsets[1]
+    reader = CaptureReader([path], skip_bad=True)
+    assert seqs(e.record for e in reader) == [7]
+    assert reader.skipped.by_kind == {"corrupt": 4}
+    kept = [str(p) for p in reader.skipped.problems]
+    assert "OverflowError" in kept[2] and "config is not {section: {key: value}}" in kept[3]
+
+
 def test_newer_schema_version_names_file_and_offset(tmp_path):
     path = tmp_path / "a.lwcap"
     offsets = _write_raw(path, [_delivery_body(1, [_ref(0), "umfx", 1])], types=[[0, "coin", 7, ["denom", "amount"]]])

@@ -403,6 +403,32 @@ def test_skip_bad_past_a_damaged_start_record_begins_the_run_from_its_file_heade
     assert "== replayed 1 run(s), 46 records" in text and "no divergence" in text
 
 
+def test_a_run_numbered_far_from_1_replays_with_a_small_bitmap(tmp_path):
+    """A run whose first files are gone starts at a high sequence number: the bitmap starts there too."""
+    from capture.format import DeliveryRecord
+    from capture.reader import Entry
+
+    shift = 10**12
+    entries = []
+    for e in CaptureReader(live_run(tmp_path), file_parts=True):
+        r = e.record
+        if type(r) is DeliveryRecord:
+            r = r._replace(seq=r.seq + shift, cause=r.cause + shift if r.cause else 0)
+        entries.append(Entry(e.path, e.offset, r, e.index))
+    replayer = Replayer(toy_builder())
+    runs = []
+    original = replayer._end
+
+    def end(run):  # type: ignore[no-untyped-def]
+        runs.append(run)
+        return original(run)
+
+    replayer._end = end  # type: ignore[method-assign]
+    events = list(replayer.replay(entries))
+    assert not [e for e in events if isinstance(e, Divergence)] and replayer.matched > 20
+    assert runs[0].inputs_base > shift and len(runs[0].inputs_bitmap) <= 8192
+
+
 def test_cli_step_pauses_after_each_line(tmp_path):
     paths = live_run(tmp_path, cycles=1)
     status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
