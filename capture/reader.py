@@ -349,9 +349,20 @@ def _frame_problem(buf: Any, path: str, pos: int, end: int) -> CaptureError:
     return CorruptRecord(path, pos, "unreadable record")
 
 
+#: CRC work one resync may do: this many times the bytes it searches, plus
+#: ``RESYNC_CRC_SLACK``. Damage crafted so that every byte starts a frame
+#: mark whose length runs to the end of the file would otherwise cost a CRC
+#: of the rest of the file per byte: hours for one 64 MiB file. Ordinary
+#: damage (a mark by chance every 64 KiB, its length rarely inside the file)
+#: stays far below it.
+RESYNC_CRC_FACTOR = 8
+RESYNC_CRC_SLACK = 16 << 20
+
+
 def _resync(buf: Any, pos: int, end: int) -> int:
-    """The offset of the next intact frame after ``pos`` (``end`` if there is none)."""
+    """The offset of the next intact frame after ``pos`` (``end`` if there is none, or the search costs too much)."""
     find = buf.find
+    budget = RESYNC_CRC_FACTOR * (end - pos) + RESYNC_CRC_SLACK
     while True:
         cand = find(FRAME_MARK, pos, end)
         if cand < 0:
@@ -359,8 +370,12 @@ def _resync(buf: Any, pos: int, end: int) -> int:
         if end - cand >= _HEADER_SIZE:
             _, length, crc = _unpack_header(buf, cand)
             body_end = cand + _HEADER_SIZE + length
-            if body_end <= end and frame_crc(length, buf[cand + _HEADER_SIZE : body_end]) == crc:
-                return cand
+            if body_end <= end:
+                budget -= length
+                if budget < 0:
+                    return end  # the rest of the file counts as damaged
+                if frame_crc(length, buf[cand + _HEADER_SIZE : body_end]) == crc:
+                    return cand
         pos = cand + 1
 
 

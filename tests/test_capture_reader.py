@@ -260,6 +260,35 @@ def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_
     assert "OverflowError" in kept[2] and "config is not {section: {key: value}}" in kept[3]
 
 
+def test_damage_crafted_to_cost_a_crc_per_byte_is_read_in_linear_time(tmp_path, monkeypatch):
+    """Every 10 bytes a frame mark whose length runs exactly to the end: each one a CRC of the rest."""
+    import struct
+
+    import capture.reader as capture_reader
+    from capture.format import FRAME_MARK
+    from capture.reader import RESYNC_CRC_FACTOR, RESYNC_CRC_SLACK
+
+    path = tmp_path / "a.lwcap"
+    _write_raw(path, [_delivery_body(1, "fine")])
+    n = 100_000  # 1 MB: quadratic, about 20 s here; linear, well under a second
+    tail = b"".join(FRAME_MARK + struct.pack(">II", (n - i) * 10 - 10, 0) for i in range(n))
+    path.write_bytes(path.read_bytes() + tail)
+    crc_bytes = [0]
+    real_crc = capture_reader.frame_crc
+
+    def counting_crc(length, body):  # type: ignore[no-untyped-def]
+        crc_bytes[0] += len(body)
+        return real_crc(length, body)
+
+    monkeypatch.setattr(capture_reader, "frame_crc", counting_crc)
+    with pytest.raises(CorruptRecord, match="CRC mismatch"):
+        read_records([path])
+    reader = CaptureReader([path], skip_bad=True)
+    assert seqs(e.record for e in reader) == [1] and reader.skipped.total >= 1
+    # Two reads, each resync bounded by RESYNC_CRC_FACTOR times the bytes it searched, plus a slack.
+    assert crc_bytes[0] <= 2 * (RESYNC_CRC_FACTOR * len(tail) + RESYNC_CRC_SLACK + 2 * len(tail))
+
+
 def test_newer_schema_version_names_file_and_offset(tmp_path):
     path = tmp_path / "a.lwcap"
     offsets = _write_raw(path, [_delivery_body(1, [_ref(0), "umfx", 1])], types=[[0, "coin", 7, ["denom", "amount"]]])
