@@ -103,7 +103,11 @@ Batch = tuple[str, int, list[Any], int]
 class SkipCounts:
     """What ``skip_bad`` went past."""
 
+    #: bad records of frames that could be read (each one record)
     records: int = 0
+    #: frames that could not be read at all: how many records each held is
+    #: unknown (a background writer's frame holds up to a batch of them)
+    frames: int = 0
     bytes: int = 0
     files: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
@@ -113,8 +117,9 @@ class SkipCounts:
     def total(self) -> int:
         return sum(self.by_kind.values())
 
-    def add(self, error: CaptureError, *, records: int = 0, nbytes: int = 0, files: int = 0) -> None:
+    def add(self, error: CaptureError, *, records: int = 0, frames: int = 0, nbytes: int = 0, files: int = 0) -> None:
         self.records += records
+        self.frames += frames
         self.bytes += nbytes
         self.files += files
         self.by_kind[error.kind] = self.by_kind.get(error.kind, 0) + 1
@@ -125,7 +130,8 @@ class SkipCounts:
         if not self.by_kind:
             return "nothing skipped"
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.by_kind.items()))
-        return f"skipped {self.records} record(s), {self.bytes} byte(s), {self.files} file(s) ({kinds})"
+        frames = f"{self.frames} unreadable frame(s) (their records uncounted), " if self.frames else ""
+        return f"skipped {frames}{self.records} record(s), {self.bytes} byte(s), {self.files} file(s) ({kinds})"
 
 
 class _File:
@@ -456,10 +462,10 @@ class CaptureReader:
         #: Bytes of the files read so far (for a progress bar).
         self.bytes_done = 0
 
-    def _bad(self, error: CaptureError, *, records: int = 0, nbytes: int = 0, files: int = 0) -> None:
+    def _bad(self, error: CaptureError, *, records: int = 0, frames: int = 0, nbytes: int = 0, files: int = 0) -> None:
         if not self.skip_bad:
             raise error
-        self.skipped.add(error, records=records, nbytes=nbytes, files=files)
+        self.skipped.add(error, records=records, frames=frames, nbytes=nbytes, files=files)
 
     def _check_parts(self) -> None:
         """Parts of a run must follow each other; a run may begin at any part
@@ -555,18 +561,18 @@ class CaptureReader:
                 resume = _resync(buf, pos + 1, end)
                 if isinstance(problem, TruncatedRecord):
                     if resume == end:  # nothing intact after it: the tail a crash leaves
-                        self._bad(problem, records=1, nbytes=end - pos)
+                        self._bad(problem, frames=1, nbytes=end - pos)
                         break
                     problem = CorruptRecord(
                         path, pos, "record length runs past the end of the file, yet intact records follow: damaged length"
                     )
-                self._bad(problem, records=1, nbytes=resume - pos)
+                self._bad(problem, frames=1, nbytes=resume - pos)
                 pos = resume
                 continue
             try:
                 records = records_of(path, pos, body)
             except CaptureError as exc:
-                self._bad(exc, records=1, nbytes=nxt - pos)
+                self._bad(exc, frames=1, nbytes=nxt - pos)
                 pos = nxt
                 continue
             if records:

@@ -79,7 +79,7 @@ def test_truncated_tail_is_reported_with_file_and_offset(tmp_path):
     assert f"{path}: byte {last}: " in str(err.value)
     reader = CaptureReader([path], skip_bad=True)
     assert seqs(e.record for e in reader) == list(range(1, 21))
-    assert reader.skipped.records == 1 and reader.skipped.by_kind == {"truncated": 1}
+    assert (reader.skipped.frames, reader.skipped.records) == (1, 0) and reader.skipped.by_kind == {"truncated": 1}
     assert reader.skipped.bytes == 7
 
 
@@ -115,7 +115,7 @@ def test_corrupt_record_in_the_middle(tmp_path):
     assert err.value.offset == bad and err.value.path == path
     reader = CaptureReader([path], skip_bad=True)
     assert seqs(e.record for e in reader) == [s for s in range(1, 21) if s != 5]
-    assert reader.skipped.by_kind == {"corrupt": 1} and reader.skipped.records == 1
+    assert reader.skipped.by_kind == {"corrupt": 1} and (reader.skipped.frames, reader.skipped.records) == (1, 0)
 
 
 def test_damaged_length_resyncs_at_the_next_intact_record(tmp_path):

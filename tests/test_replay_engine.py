@@ -376,7 +376,7 @@ def test_cli_skip_bad_counts_and_exit_status(tmp_path):
     status, text, err = _cli(paths)
     assert status == 2 and "truncated record" in err and f"{paths[-1]}: byte" in err
     status, text, err = _cli(paths, ("skip_bad", True))
-    assert status == 2 and "skipped 1 record(s)" in text and "1 truncated" in text
+    assert status == 2 and "skipped 1 unreadable frame(s) (their records uncounted)" in text and "1 truncated" in text
     assert "no clean stop recorded" in text
 
 
