@@ -23,7 +23,10 @@ class CaptureSettings:
     enabled: bool = setting(True, "capture every delivered message to msgpack logs (for run.py replay)")
     directory: str = setting("captures", "directory of the capture files (created if missing)")
     max_file_bytes: int = setting(
-        64 * 1024 * 1024, "start a new file before one grows past this many bytes", min=4096, max=2**40
+        64 * 1024 * 1024,
+        "start a new file before one grows past this many bytes (a run's last file may pass it by its end record)",
+        min=4096,
+        max=2**40,
     )
     max_file_age: timedelta = setting(
         timedelta(hours=1), "start a new file when the current one is this old (clock time); 0: never"

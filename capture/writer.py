@@ -560,9 +560,12 @@ class CaptureWriter:
             if not rows:
                 return
             body = enc.encode((KIND_DELIVERIES, rows))
-        if sink.rotation_due(len(body) + FRAME_HEADER.size, rows[0][1]):  # type: ignore[union-attr]
+        new = enc.take_new()
+        types = self._types_frame(new) if new else None
+        if sink.rotation_due(len(body) + FRAME_HEADER.size + (len(types) if types else 0), rows[0][1]):  # type: ignore[union-attr]
             # The body refers to objects written in the old file: the new
             # file starts its own table, and the body is encoded again for it.
+            # (The new file declares every type known: no types frame.)
             try:
                 sink.rotate(rows[0][1])  # type: ignore[union-attr]
             except OSError as exc:
@@ -571,8 +574,8 @@ class CaptureWriter:
                 return
             enc.new_file()
             body = enc.encode((KIND_DELIVERIES, rows))
-        new = enc.take_new()
-        types = self._types_frame(new) if new else None
+            enc.take_new()
+            types = None
         try:
             self._sink.add(frame(body), rows[0][1], records=len(rows), types=types)  # type: ignore[union-attr]
             self.records += len(rows)

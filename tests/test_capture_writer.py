@@ -341,6 +341,27 @@ def test_a_disk_failure_stops_capture_not_the_sender(tmp_path, clock, monkeypatc
     assert [r.seq for r in deliveries(read_records(writer.paths, skip_bad=True))] == [1]
 
 
+def test_a_file_never_grows_past_max_file_bytes_with_the_types_a_record_declares(tmp_path, clock):
+    """The first record of a new type comes with a types record: both count when deciding to rotate."""
+    from messages.chain import ChainFailure
+    from messages.credit import CreditReadFailed
+
+    limit = 4096
+    failed = CreditReadFailed(1, ChainFailure("credit_account", "unavailable", transient=True))
+    for n in range(40, 80):  # the new type's record lands at every distance from the limit
+        s = settings(tmp_path / str(n), max_file_bytes=limit, background=False)
+        writer = CaptureWriter(s, clock_now=clock.now).open()
+        for seq in range(1, n + 1):
+            writer(delivery(seq, clock))
+        writer(delivery(n + 1, clock, failed))
+        for seq in range(n + 2, n + 5):
+            writer(delivery(seq, clock))
+        writer.close()
+        sizes = [os.path.getsize(p) for p in writer.paths]
+        assert max(sizes[:-1]) <= limit, (n, sizes)  # the last file also holds the run's end record
+        assert [r.seq for r in deliveries(read_records(writer.paths))] == list(range(1, n + 5))
+
+
 def test_file_names_sort_by_run_start_and_part(tmp_path, clock):
     writer = CaptureWriter(settings(tmp_path, max_file_bytes=4096, background=False), clock_now=clock.now,
                            run_id="abc123").open()
