@@ -43,6 +43,7 @@ from messages.scheduler import (
     CycleDeadline,
     LeaseEventReceived,
     LeaseRead,
+    LeasesToRead,
     Reconcile,
     RunCycle,
     StartSchedule,
@@ -482,6 +483,12 @@ class SchedulerDecisions:
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
         return self.lease_reads.answered(message, now)
 
+    def _leases_to_read(self, message: LeasesToRead, now: datetime) -> list[Effect]:
+        out = self.lease_reads.ask(message.lease_uuids)
+        if out:
+            out.insert(0, Note(f"reading {len(out)} lease(s) the books hold without a price or a chain close time"))
+        return out
+
     _handlers = {
         StartSchedule: _start,
         StopSchedule: _stop,
@@ -498,4 +505,5 @@ class SchedulerDecisions:
         CycleDeadline: _deadline,
         LeaseEventReceived: _lease_event,
         LeaseRead: _lease_read,
+        LeasesToRead: _leases_to_read,
     }

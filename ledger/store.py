@@ -530,6 +530,23 @@ class Ledger:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def leases_to_read(self, limit: int = 2_000) -> list[str]:
+        """Our leases the books hold without a price, or closed at a time the chain did not give.
+
+        Read from the chain at start (``actors.lease_reads``): a database
+        written before every mode read them, or whose reads failed, bills
+        them to the second again; a month held back for a lease without a
+        price is metered at its next tick. At most ``limit``, unpriced first.
+        """
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT uuid FROM leases WHERE provider_uuid = ? AND "
+                "(priced = 0 OR (closed_at_us IS NOT NULL AND closed_at_rank < ?)) "
+                "ORDER BY priced, uuid LIMIT ?",
+                (self.provider_uuid, int(Precision.CHAIN), limit),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def lease(self, uuid: str) -> dict[str, Any] | None:
         """One lease row as a dict (for inspection and tests)."""
         with self._lock:

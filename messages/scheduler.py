@@ -22,6 +22,7 @@ __all__ = [
     "WithdrawFinished",
     "ActiveLeasesRead",
     "LeaseRead",
+    "LeasesToRead",
     "TenantChecked",
     "ClosuresFlushed",
     "LeaseEventReceived",
@@ -87,6 +88,14 @@ class LeaseRead:
     lease_uuid: str
     lease: Lease | None = None
     error: ChainFailure | None = None
+
+
+@message("leases_to_read")
+@dataclass(frozen=True, slots=True)
+class LeasesToRead:
+    """At start: leases the books want read from the chain (``Ledger.leases_to_read``)."""
+
+    lease_uuids: tuple[str, ...]
 
 
 @message("tenant_checked")

@@ -37,6 +37,7 @@ from messages.credit import TenantSnapshot
 from messages.ledger import WithdrawLookupOpened
 from messages.scheduler import (
     LeaseEventReceived,
+    LeasesToRead,
     Reconcile,
     RunCycle,
     StartSchedule,
@@ -92,6 +93,7 @@ class Sidecar:
         writes: Executor | None = None,
         restored: Sequence[TenantSnapshot] = (),
         restored_lookups: Sequence[WithdrawLookupOpened] = (),
+        leases_to_read: Sequence[str] = (),
         extra: Sequence[Callable[["Sidecar"], Any]] = (),
         on_stop: Sequence[Callable[[], None]] = (),
         start_monitor: Callable[[str], Any] | None = None,
@@ -132,6 +134,8 @@ class Sidecar:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))
         if restored_lookups:
             self._tell(CHAIN, WithdrawLookupsRestored(tuple(restored_lookups)))
+        if leases_to_read:
+            self._tell(SCHEDULER, LeasesToRead(tuple(leases_to_read)))
         #: other parts (ledger writer, listener, event feed) started with this sidecar
         self.parts = [make(self) for make in extra]
 

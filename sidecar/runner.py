@@ -270,11 +270,13 @@ def build(
     parts: list[Callable[[Sidecar], Any]] = [chain.events]
     restored: list[Any] = []
     lookups: list[Any] = []
+    to_read: list[str] = []
     if ledger is not None:
         from actors.ledger_writer import start_ledger_writer
 
         restored = ledger.tenant_snapshots()
         lookups = ledger.withdraw_lookups()
+        to_read = ledger.leases_to_read()
         closers.append(ledger.close)
         parts.append(
             lambda s: start_ledger_writer(
@@ -298,6 +300,7 @@ def build(
         reads=chain.reads,
         restored=restored,
         restored_lookups=lookups,
+        leases_to_read=to_read,
         extra=parts,
         on_stop=[chain.client.close],
     )

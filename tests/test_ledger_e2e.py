@@ -171,6 +171,7 @@ class Life:
             billing_tick_interval=LEDGER_SETTINGS.tick_interval,
             restored=self.ledger.tenant_snapshots(),
             restored_lookups=self.ledger.withdraw_lookups(),
+            leases_to_read=self.ledger.leases_to_read(),
             writes=self.writes,
             extra=parts,
         )
@@ -496,3 +497,23 @@ def test_as_against_a_node_a_lease_closed_while_down_is_billed_to_the_chains_clo
     second = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
     second.run_until(utc(2026, 4, 2, 2))
     assert second.ledger.lease(lease)["closed_at_us"] == to_us(chain.model.lease(lease).closed_at)
+
+
+def test_a_lease_the_books_hold_without_a_price_is_read_at_the_next_start(tmp_path):
+    """Its reads failed (or a database written before they existed): the next start reads it."""
+    chain = Chain(utc(2026, 2, 27))
+    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
+    chain.lease(RICH, [item(3, 2)])
+    first = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    first.client.faults.fail_rate("lease", 1.0)
+    first.run_until(utc(2026, 3, 10, 10, 5))
+    short = chain.lease(RICH, [item(5)])
+    first.dispatcher.run_until_idle()
+    first.run_until(utc(2026, 3, 10, 10, 20))
+    chain.model.close_leases(RICH, [short], "tenant left")
+    first.run_until(utc(2026, 3, 10, 12))
+    assert not first.ledger.lease(short)["priced"] and first.ledger.leases_to_read() == [short]
+    first.kill()
+    second = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    second.run_until(utc(2026, 3, 10, 12, 1))
+    assert second.ledger.lease(short)["priced"] and second.ledger.leases_to_read() == []
