@@ -97,6 +97,7 @@ class TenantCredit:
         self._saved: TenantSnapshot | None = None
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
+        self._charged_unknown = False  # see _charged_denoms
         #: charged denoms as persisted, for leases whose details a restart lost
         self._restored_charged: set[str] = set()
         #: the last estimate was clamped to the horizon
@@ -232,6 +233,8 @@ class TenantCredit:
             if unknown:
                 denoms |= self._restored_charged
             self._charged = denoms
+            #: no denom known at all: details a restart lost, and none persisted
+            self._charged_unknown = unknown and not denoms
         return self._charged
 
     def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> tuple[str, set[str]]:
@@ -250,6 +253,8 @@ class TenantCredit:
         if charged is None:
             charged = self._charged_denoms()
         if not charged:
+            if not self._charged_unknown:
+                return "", set()  # leases that cost nothing: no balance runs out for them
             return ("", set()) if any(balances.values()) else ("balance zero", set())
         empty = {d for d in charged if balances.get(d, 0) <= 0}
         if empty:
@@ -283,8 +288,8 @@ class TenantCredit:
             if lease is None:
                 if unknown_unpaid:
                     unpaid.append(u)
-            elif everything or any(r > 0 and d in empty for d, r in lease.rate_per_second().items()):
-                unpaid.append(u)
+            elif any(r > 0 and (everything or d in empty) for d, r in lease.rate_per_second().items()):
+                unpaid.append(u)  # a lease that costs nothing is never unpaid (the chain never closes it)
         return unpaid
 
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
@@ -358,7 +363,7 @@ class TenantCredit:
                 # Credit again: a closure still waiting to be sent belongs to
                 # an earlier cycle, which the chain actor drops.
                 self.closing = ()
-            charged = self._charged or None  # none known: every denom counts
+            charged = None if self._charged_unknown else self._charged  # none known: every denom counts
             # Both estimates as seconds from now; only the earlier becomes a time.
             remote = chain_seconds(message.estimate, charged)
             picked: Seconds | None

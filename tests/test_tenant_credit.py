@@ -266,3 +266,18 @@ def test_depletion_counts_only_the_denoms_our_leases_are_charged_in() -> None:
     est = CreditEstimate("t", (Coin("umfx", 100), Coin("upwr", 10**9)), (Coin("umfx", 4), Coin("upwr", 9)), 25)
     out = read(m, T0 + timedelta(seconds=200), umfx=10**6, upwr=10**9, estimate=est)
     assert verdict(out).depletion_at == T0 + timedelta(seconds=225)
+
+
+def test_a_lease_that_costs_nothing_is_never_closed_nor_woken_for() -> None:
+    """The chain never closes a lease charged nothing; another provider's empty denom is no depletion of ours."""
+    free = Lease("free", "t", PROVIDER, (item(0),))
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced((free, LEASES[0])), T0)
+    read(m, T0, umfx=0, upwr=0)
+    (req,) = sent(read(m, T0 + S.credit_check_zero_grace_period, umfx=0, upwr=0), CloseRequested)
+    assert req.lease_uuids == ("l1",)
+    alone = TenantCredit("t", S)
+    alone.handle(LeasesSynced((free,)), T0)
+    est = CreditEstimate("t", (Coin("upwr", 0),), (Coin("upwr", 9),), 0)  # another provider's, used up
+    out = alone.handle(CreditRead(1, CreditAccount("t", ()), est), T0)
+    assert alone.zero_since is None and verdict(out).depletion_at is None and not sent(out, CloseRequested)
