@@ -46,14 +46,20 @@ class LeaseReads:
 
     def __init__(self) -> None:
         self.waiting: set[str] = set()
+        #: leases asked for again while a read was out: that read may answer
+        #: what was true before the reason for the new one (an ACTIVE lease
+        #: that has closed since), so its answer is dropped and they are read anew
+        self.again: set[str] = set()
         #: lease uuid -> failed reads so far
         self.failed: dict[str, int] = {}
 
     def ask(self, lease_uuids: Iterable[str]) -> list[Effect]:
-        """Have these leases read (those not being read already)."""
+        """Have these leases read (after the read already out, for those being read)."""
         out: list[Effect] = []
         for uuid in lease_uuids:
-            if uuid not in self.waiting:
+            if uuid in self.waiting:
+                self.again.add(uuid)
+            else:
                 self.waiting.add(uuid)
                 out.append(Send(CHAIN_IO, LeaseCall(uuid)))
         return out
@@ -65,6 +71,9 @@ class LeaseReads:
     def answered(self, message: LeaseRead, now: datetime) -> list[Effect]:
         uuid = message.lease_uuid
         self.waiting.discard(uuid)
+        if uuid in self.again:
+            self.again.discard(uuid)
+            return self.ask((uuid,))  # this answer may be older than what asked again
         if message.lease is not None:
             self.failed.pop(uuid, None)
             return [Send(LEDGER, LeaseObserved(now, message.lease))]

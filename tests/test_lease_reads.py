@@ -22,13 +22,24 @@ def calls(effects) -> list[str]:
             and isinstance(e.message, LeaseCall)]
 
 
-def test_a_lease_read_goes_to_the_ledger_and_is_asked_once_while_waiting() -> None:
+def test_a_lease_read_goes_to_the_ledger() -> None:
     reads = LeaseReads()
     assert calls(reads.ask(["l1", "l2"])) == ["l1", "l2"]
-    assert calls(reads.ask(["l1"])) == []  # already being read
-    out = reads.answered(LeaseRead("l1", LEASE), T0)
+    out = reads.answered(LeaseRead("l2", LEASE), T0)
     assert [(e.to, e.message) for e in out] == [(LEDGER, LeaseObserved(T0, LEASE))]
     assert calls(reads.retry()) == []  # nothing failed
+
+
+def test_a_lease_asked_for_again_while_read_is_read_anew_after_the_read_out() -> None:
+    """Acknowledged (a read goes out), then gone from the active set before it answers: its ACTIVE
+    answer is older than the reason for the second read, and must not reopen the lease in the books."""
+    reads = LeaseReads()
+    reads.ask(["l1"])
+    assert calls(reads.ask(["l1"])) == []  # one read out at a time
+    stale = Lease("l1", "manifest1t", PROVIDER, (item(5),))  # still ACTIVE when it was read
+    assert calls(reads.answered(LeaseRead("l1", stale), T0)) == ["l1"]  # dropped, read anew
+    out = reads.answered(LeaseRead("l1", LEASE), T0)
+    assert [(e.to, e.message) for e in out] == [(LEDGER, LeaseObserved(T0, LEASE))]
 
 
 def test_a_failed_read_is_asked_again_until_it_is_given_up() -> None:
