@@ -69,7 +69,10 @@ class CloseLookups:
             ]
             if m.result.settlements:
                 out.append(Send(LEDGER, SettlementsRecorded(m.result.settlements)))
-            out += [Send(LEDGER, ClosureRecorded(now, tenant, leases, reason, (m.tx_hash,))) for tenant, leases in by_tenant]
+            # Closed at the tx's block time (its settlements carry it), not at
+            # this lookup's, which comes seconds to minutes later.
+            at = min((s.at for s in m.result.settlements), default=now)
+            out += [Send(LEDGER, ClosureRecorded(at, tenant, leases, reason, (m.tx_hash,))) for tenant, leases in by_tenant]
             return out
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None:

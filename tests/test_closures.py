@@ -125,8 +125,9 @@ def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reach
     outcome = CloseOutcome(2, ("AB" * 32,), settled)
     out = chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 2, outcome), later)
     assert msgs(out, SettlementsRecorded) == [SettlementsRecorded(settled)]
-    assert [(c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
-        ("manifest1a", ("la",), ("AB" * 32,)), ("manifest1b", ("lb",), ("AB" * 32,))]
+    # Closed at the tx's block time (T0, its settlements say), not when the lookup found it.
+    assert [(c.at, c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
+        (T0, "manifest1a", ("la",), ("AB" * 32,)), (T0, "manifest1b", ("lb",), ("AB" * 32,))]
     assert chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 3, outcome), later) == []  # already settled
 
 
