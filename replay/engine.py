@@ -930,10 +930,15 @@ class Replayer:
                     if rec.part == 0:
                         first_part = (path, offset, rec, index) if rec.start is not None else None
                     elif run is None or run.run_id != rec.run_id:
+                        begin = (path, offset, rec, index)
+                        if first_part is not None and first_part[2].run_id == rec.run_id:
+                            begin = first_part  # its first file held no delivery: the run begins there
+                        first_part = None
                         if run is not None:
                             state[0] = None
                             yield from self._end(run)
-                        run, begins = self._begin(Entry(path, offset, rec, index), None, rec.run_id, rec)
+                        run, begins = self._begin(Entry(begin[0], begin[1], begin[2], begin[3]), None, rec.run_id,
+                                                  begin[2])
                         state[0] = run
                         yield begins
                 elif t is RunEnd:

@@ -19,6 +19,7 @@ import pytest
 from actors.effects import Note, Retire, Send, Spawn
 from actors.shell import CoreActor, start_actor
 from capture import CaptureReader, CaptureWriter
+from capture.reader import read_records
 from capture.settings import CaptureSettings
 from messages.chain import ChainFailure, CreditAccount
 from messages.chain_actor import CreditCall
@@ -118,11 +119,15 @@ class ToyChainIO(PooledActor):
 
 
 def live_run(tmp_path, *, cycles=6, failing=(("bob", 2), ("bob", 3), ("bob", 4)), retire_bob_at=None, stop=True,
-             ledger=False):
-    """Run the toy system live with capture; returns the capture's paths."""
-    clock = ManualClock(utc(2026, 3, 1))
+             ledger=False, start=utc(2026, 3, 1), run_id="toy", quiet_start=timedelta(0), **capture):
+    """Run the toy system live with capture; returns the capture's paths.
+
+    ``quiet_start``: clock time before the first delivery; ``capture``: capture settings.
+    """
+    clock = ManualClock(start)
     writer = CaptureWriter(
-        CaptureSettings(directory=str(tmp_path / "cap")), clock_now=clock.now, config={"scheduler": {}}, run_id="toy"
+        CaptureSettings(directory=str(tmp_path / "cap"), **capture), clock_now=clock.now, config={"scheduler": {}},
+        run_id=run_id,
     ).open()
     dispatcher = ManualDispatcher(clock.now, tap=writer)
     router = Router()
@@ -146,6 +151,7 @@ def live_run(tmp_path, *, cycles=6, failing=(("bob", 2), ("bob", 3), ("bob", 4))
             def on_receive(self, m):
                 pass
         start_actor(router, Sink, dispatcher, "ledger")
+    clock.advance(quiet_start)
     scheduler.tell(StartSchedule())
     dispatcher.run_until_idle()
     for _ in range(cycles):
@@ -427,6 +433,23 @@ def test_a_run_numbered_far_from_1_replays_with_a_small_bitmap(tmp_path):
     events = list(replayer.replay(entries))
     assert not [e for e in events if isinstance(e, Divergence)] and replayer.matched > 20
     assert runs[0].inputs_base > shift and len(runs[0].inputs_bitmap) <= 8192
+
+
+def test_a_run_whose_first_file_holds_only_a_damaged_start_record_is_begun_once(tmp_path):
+    """Its first delivery came after max_file_age: part 0 holds the header and the start record alone."""
+    from capture.format import FILE_HEADER, FRAME_HEADER
+
+    one = live_run(tmp_path / "one", run_id="runone", cycles=3)
+    two = live_run(tmp_path / "two", run_id="runtwo", cycles=3, start=utc(2026, 3, 1, 2),
+                   quiet_start=timedelta(minutes=2), max_file_age=timedelta(minutes=1))
+    assert len(two) >= 2 and not any(getattr(r, "seq", None) for r in read_records([two[0]]))
+    data = bytearray(open(two[0], "rb").read())
+    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
+    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside its RunStart
+    open(two[0], "wb").write(bytes(data))
+    status, text, _ = _cli(one + two, ("skip_bad", True))
+    assert status == 2 and text.count("== run runtwo") == 1 and "== replayed 2 run(s)" in text
+    assert "run runtwo: its start record could not be read; its file header's copy is used" in text
 
 
 def test_cli_step_pauses_after_each_line(tmp_path):
