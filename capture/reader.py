@@ -287,6 +287,19 @@ def _typed(d: dict[Any, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def _speed(value: float) -> float:
+    """A run's clock speed: a finite, positive factor no clock runs beyond (``MAX_CLOCK_SPEED``)."""
+    speed = float(value)
+    if not (0 < speed <= MAX_CLOCK_SPEED):  # also NaN
+        raise ValueError(f"clock_speed {value!r} is not in (0, {MAX_CLOCK_SPEED:g}]")
+    return speed
+
+
+#: The fastest clock a run can have been captured on (``run.py --speed``
+#: accelerates the clock; a million times faster is beyond any use).
+MAX_CLOCK_SPEED = 1e6
+
+
 def _header_record(kind: int, d: dict[Any, Any]) -> Any:
     if kind == KIND_RUN_START:
         config = _typed(d, "config", dict)
@@ -301,7 +314,7 @@ def _header_record(kind: int, d: dict[Any, Any]) -> Any:
             started_at=_typed(d, "started_at", datetime),
             version=_typed(d, "version", str),
             clock=_typed(d, "clock", str),
-            clock_speed=float(_typed(d, "clock_speed", (int, float))),
+            clock_speed=_speed(_typed(d, "clock_speed", (int, float))),
             config=config,
             format=_typed(d, "format", int),
             extra=extra,
@@ -355,20 +368,23 @@ def _frame_problem(buf: Any, path: str, pos: int, end: int) -> CaptureError:
     return CorruptRecord(path, pos, "unreadable record")
 
 
-#: CRC work one resync may do: this many times the bytes it searches, plus
-#: ``RESYNC_CRC_SLACK``. Damage crafted so that every byte starts a frame
-#: mark whose length runs to the end of the file would otherwise cost a CRC
-#: of the rest of the file per byte: hours for one 64 MiB file. Ordinary
-#: damage (a mark by chance every 64 KiB, its length rarely inside the file)
-#: stays far below it.
+#: CRC work the resyncs of one file may do together: this many times the
+#: file's size, plus ``RESYNC_CRC_SLACK``. Damage crafted so that every byte
+#: starts a frame mark whose length runs to the end of the file would
+#: otherwise cost a CRC of the rest of the file per byte: hours for one
+#: 64 MiB file (and a budget per resync would not do: with ``--skip-bad``
+#: every damaged region is a resync of its own). Ordinary damage (a mark by
+#: chance every 64 KiB, its length rarely inside the file) stays far below it.
 RESYNC_CRC_FACTOR = 8
 RESYNC_CRC_SLACK = 16 << 20
 
 
-def _resync(buf: Any, pos: int, end: int) -> int:
-    """The offset of the next intact frame after ``pos`` (``end`` if there is none, or the search costs too much)."""
+def _resync(buf: Any, pos: int, end: int, budget: list[int]) -> int:
+    """The offset of the next intact frame after ``pos`` (``end`` if there is none, or the search costs too much).
+
+    ``budget``: the CRC bytes the file's resyncs may still spend (one list per file, shared).
+    """
     find = buf.find
-    budget = RESYNC_CRC_FACTOR * (end - pos) + RESYNC_CRC_SLACK
     while True:
         cand = find(FRAME_MARK, pos, end)
         if cand < 0:
@@ -377,8 +393,8 @@ def _resync(buf: Any, pos: int, end: int) -> int:
             _, length, crc = _unpack_header(buf, cand)
             body_end = cand + _HEADER_SIZE + length
             if body_end <= end:
-                budget -= length
-                if budget < 0:
+                budget[0] -= length
+                if budget[0] < 0:
                     return end  # the rest of the file counts as damaged
                 if frame_crc(length, buf[cand + _HEADER_SIZE : body_end]) == crc:
                     return cand
@@ -546,6 +562,7 @@ class CaptureReader:
         crc_of = frame_crc
         mark_ok = FRAME_MARK
         hsize = _HEADER_SIZE
+        resync_budget = [RESYNC_CRC_FACTOR * end + RESYNC_CRC_SLACK]
         while pos < end:
             # The common case inline (an intact frame); _frame_at explains the rest.
             body = None
@@ -558,7 +575,7 @@ class CaptureReader:
                         body = None
             if body is None:
                 problem = _frame_problem(buf, path, pos, end)
-                resume = _resync(buf, pos + 1, end)
+                resume = _resync(buf, pos + 1, end, resync_budget)
                 if isinstance(problem, TruncatedRecord):
                     if resume == end:  # nothing intact after it: the tail a crash leaves
                         self._bad(problem, frames=1, nbytes=end - pos)

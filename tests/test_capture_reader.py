@@ -241,6 +241,7 @@ def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_
     at = utc(2026, 3, 1)
     start = RunStart("r1", at, "0.1.0", "ManualClock", 1.0, {"scheduler": {"withdraw_interval": "1h"}}).to_body()
     huge_speed = [start[0], {**start[1], "clock_speed": 10**400}]
+    endless_speed = [start[0], {**start[1], "clock_speed": float("inf")}]
     int_keys = [start[0], {**start[1], "config": {"scheduler": {1: "x", "y": 2}}}]
     path = tmp_path / "a.lwcap"
     offsets = _write_raw(path, [
@@ -248,6 +249,7 @@ def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_
         _delivery_body(2**62, "m"),
         huge_speed,
         int_keys,
+        endless_speed,
         _delivery_body(7, "fine"),
     ])
     with pytest.raises(CorruptRecord, match="sequence number -5 or cause 0 out of range") as err:
@@ -255,9 +257,10 @@ def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_
     assert err.value.offset == offsets[1]
     reader = CaptureReader([path], skip_bad=True)
     assert seqs(e.record for e in reader) == [7]
-    assert reader.skipped.by_kind == {"corrupt": 4}
+    assert reader.skipped.by_kind == {"corrupt": 5}
     kept = [str(p) for p in reader.skipped.problems]
     assert "OverflowError" in kept[2] and "config is not {section: {key: value}}" in kept[3]
+    assert "clock_speed inf is not in (0, 1e+06]" in kept[4]
 
 
 def test_damage_crafted_to_cost_a_crc_per_byte_is_read_in_linear_time(tmp_path, monkeypatch):
@@ -287,6 +290,42 @@ def test_damage_crafted_to_cost_a_crc_per_byte_is_read_in_linear_time(tmp_path, 
     assert seqs(e.record for e in reader) == [1] and reader.skipped.total >= 1
     # Two reads, each resync bounded by RESYNC_CRC_FACTOR times the bytes it searched, plus a slack.
     assert crc_bytes[0] <= 2 * (RESYNC_CRC_FACTOR * len(tail) + RESYNC_CRC_SLACK + 2 * len(tail))
+
+
+def test_a_crc_budget_shared_by_a_files_resyncs_keeps_many_damaged_regions_linear(tmp_path, monkeypatch):
+    """With --skip-bad every damaged region is a resync of its own: the budget is the file's, not each one's."""
+    import struct
+
+    import capture.reader as capture_reader
+    from capture.format import FRAME_MARK
+    from capture.reader import RESYNC_CRC_FACTOR, RESYNC_CRC_SLACK
+
+    path = tmp_path / "a.lwcap"
+    _write_raw(path, [_delivery_body(1, "fine")])
+    intact = frame(CaptureEncoder().encode([0, [[2, utc(2026, 3, 1), "chain-io", "tenant/x", 0, "tiny"]]]))
+    units = 4_000  # each: 7 marks whose lengths run to the end of the file, then an intact frame
+    unit = 7 * 10 + len(intact)
+    head = path.read_bytes()
+    out = bytearray(head)
+    for u in range(units):
+        for k in range(7):
+            rest = (units - u) * unit - (k + 1) * 10
+            out += FRAME_MARK + struct.pack(">II", rest, 0)
+        out += intact
+    path.write_bytes(bytes(out))
+    crc_bytes = [0]
+    real_crc = capture_reader.frame_crc
+
+    def counting_crc(length, body):  # type: ignore[no-untyped-def]
+        crc_bytes[0] += len(body)
+        return real_crc(length, body)
+
+    monkeypatch.setattr(capture_reader, "frame_crc", counting_crc)
+    reader = CaptureReader([path], skip_bad=True)
+    assert seqs(e.record for e in reader)[0] == 1 and reader.skipped.total >= 1
+    # The resyncs spend the budget; each damaged frame met on the way costs two CRCs (reading it,
+    # then saying why it is bad), at most what its region's resync spends: three budgets at most.
+    assert crc_bytes[0] <= 3 * (RESYNC_CRC_FACTOR * len(out) + RESYNC_CRC_SLACK)
 
 
 def test_newer_schema_version_names_file_and_offset(tmp_path):
