@@ -710,7 +710,11 @@ class CaptureDecoder:
             except CodecError as exc:
                 obj = self._failed(exc, values)
         if len(self._objects) < MAX_INTERNED:
-            self._objects[key] = obj
+            # An object built around a value that could not be decoded (a
+            # lease whose item has a newer schema) is kept as that value: a
+            # later reference to it is as bad as the definition.
+            kept = first_undecodable(values) if self.problems and type(obj) is not Undecodable else None
+            self._objects[key] = kept or obj
         return obj
 
     def decode(self, data: bytes) -> Any:

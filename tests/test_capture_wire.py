@@ -399,3 +399,17 @@ def test_bad_bin_marks_are_codec_errors():
     with pytest.raises(CodecError, match="0007 used before the file declared it"):
         dec.decode(msgpack.packb([[b"\x00\x07" + bytes(4), 1]]))
     assert dec.decode(msgpack.packb([[b"\x00\x00", "umfx", 1]])) == (Coin("umfx", 1),)
+
+
+def test_a_reference_to_an_object_built_around_an_undecodable_value_is_undecodable_too():
+    """A lease whose item has a newer schema: its definition and every later reference are bad alike."""
+    enc = CaptureEncoder({"lease": "uuid"})
+    lease = _lease(1)
+    first, later = enc.encode([lease]), enc.encode([lease, "fine"])
+    table = tuple((t.index, t.name, 99 if t.name == "lease_item" else t.version, tuple(t.fields)) for t in enc.declared)
+    dec = CaptureDecoder()
+    dec.declare(table)
+    (defined,) = dec.decode(first)
+    assert isinstance(_why(first_undecodable(defined)), NewerSchemaVersion)
+    got = dec.decode(later)
+    assert isinstance(_why(got[0]), NewerSchemaVersion) and got[1] == "fine" and dec.problems
