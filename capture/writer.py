@@ -516,10 +516,10 @@ class CaptureWriter:
             if n >= self._limit:
                 self._wait_for_room()
             return
-        if not self._open or self._closed:
-            self.dropped += 1
-            return
         with self._lock:
+            if not self._open or self._closed:  # looked at under the lock: close() may be running
+                self.dropped += 1
+                return
             self._write([delivery])
 
     def _wait_for_room(self) -> None:
@@ -686,6 +686,8 @@ class CaptureWriter:
             self._idle = True
             # Looked at again once idle: a tap that came after the queue was
             # read above, but before the writer said it was idle, woke no one.
+            if self._urgent and not q:
+                self._urgent = False  # what flush() or close() queued is handled already
             if len(q) >= wake_at or self._urgent or (q and gathering_since is None):
                 self._idle = False
                 continue

@@ -209,6 +209,19 @@ def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock
     writer.close()
 
 
+def test_an_idle_writer_asked_for_nothing_goes_back_to_sleep(tmp_path, clock):
+    """flush() can mark the writer urgent after its mark was answered: with nothing queued it must not spin."""
+    s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=100))
+    writer = CaptureWriter(s, clock_now=clock.now).open()
+    writer._urgent = True  # as a flush() that came in just after the writer answered its mark
+    writer._wake.set()
+    deadline = time.monotonic() + 5
+    while writer._urgent or not writer._idle:
+        assert time.monotonic() < deadline, "the writer kept going round with nothing to do"
+        time.sleep(0.01)
+    writer.close()
+
+
 def test_background_writer_flushes_on_its_own_when_the_interval_passes(tmp_path, clock):
     s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=20))
     writer = CaptureWriter(s, clock_now=clock.now).open()
