@@ -263,11 +263,25 @@ def test_records_with_a_valid_crc_but_impossible_values_are_corrupt_records(tmp_
     assert "clock_speed inf is not in (0, 1e+06]" in kept[4]
 
 
+def count_crc_bytes(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Make the reader count the bytes it computes CRCs over, in the list returned (one item)."""
+    import capture.reader as capture_reader
+
+    counted = [0]
+    real_crc = capture_reader.frame_crc
+
+    def counting_crc(length, body):  # type: ignore[no-untyped-def]
+        counted[0] += len(body)
+        return real_crc(length, body)
+
+    monkeypatch.setattr(capture_reader, "frame_crc", counting_crc)
+    return counted
+
+
 def test_damage_crafted_to_cost_a_crc_per_byte_is_read_in_linear_time(tmp_path, monkeypatch):
     """Every 10 bytes a frame mark whose length runs exactly to the end: each one a CRC of the rest."""
     import struct
 
-    import capture.reader as capture_reader
     from capture.format import FRAME_MARK
     from capture.reader import RESYNC_CRC_FACTOR, RESYNC_CRC_SLACK
 
@@ -276,14 +290,7 @@ def test_damage_crafted_to_cost_a_crc_per_byte_is_read_in_linear_time(tmp_path, 
     n = 100_000  # 1 MB: quadratic, about 20 s here; linear, well under a second
     tail = b"".join(FRAME_MARK + struct.pack(">II", (n - i) * 10 - 10, 0) for i in range(n))
     path.write_bytes(path.read_bytes() + tail)
-    crc_bytes = [0]
-    real_crc = capture_reader.frame_crc
-
-    def counting_crc(length, body):  # type: ignore[no-untyped-def]
-        crc_bytes[0] += len(body)
-        return real_crc(length, body)
-
-    monkeypatch.setattr(capture_reader, "frame_crc", counting_crc)
+    crc_bytes = count_crc_bytes(monkeypatch)
     with pytest.raises(CorruptRecord, match="CRC mismatch"):
         read_records([path])
     reader = CaptureReader([path], skip_bad=True)
@@ -296,7 +303,6 @@ def test_a_crc_budget_shared_by_a_files_resyncs_keeps_many_damaged_regions_linea
     """With --skip-bad every damaged region is a resync of its own: the budget is the file's, not each one's."""
     import struct
 
-    import capture.reader as capture_reader
     from capture.format import FRAME_MARK
     from capture.reader import RESYNC_CRC_FACTOR, RESYNC_CRC_SLACK
 
@@ -313,14 +319,7 @@ def test_a_crc_budget_shared_by_a_files_resyncs_keeps_many_damaged_regions_linea
             out += FRAME_MARK + struct.pack(">II", rest, 0)
         out += intact
     path.write_bytes(bytes(out))
-    crc_bytes = [0]
-    real_crc = capture_reader.frame_crc
-
-    def counting_crc(length, body):  # type: ignore[no-untyped-def]
-        crc_bytes[0] += len(body)
-        return real_crc(length, body)
-
-    monkeypatch.setattr(capture_reader, "frame_crc", counting_crc)
+    crc_bytes = count_crc_bytes(monkeypatch)
     reader = CaptureReader([path], skip_bad=True)
     assert seqs(e.record for e in reader)[0] == 1 and reader.skipped.total >= 1
     # The resyncs spend the budget; each damaged frame met on the way costs two CRCs (reading it,

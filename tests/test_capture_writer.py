@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
 from replay.engine import Divergence, Replayer, RunBegins
 from sidecar.config import ConfigError, load_config
+from tests.devnet_harness import wait_until
 
 
 def settings(tmp_path: Path, **kw) -> CaptureSettings:
@@ -176,10 +176,7 @@ def test_without_the_background_writer_the_interval_flushes_after_a_quiet_spell(
     writer = CaptureWriter(s, clock_now=clock.now).open()
     for seq in range(1, 4):
         writer(delivery(seq, clock))
-    deadline = time.monotonic() + 5
-    while _disk_records(writer.paths[0]) < 3:
-        assert time.monotonic() < deadline, "nothing flushed the quiet writer"
-        time.sleep(0.01)
+    wait_until(lambda: _disk_records(writer.paths[0]) == 3, what="the quiet writer's timer to flush")
     writer.close()
 
 
@@ -202,10 +199,7 @@ def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock
     sink.due_in = due_in
     armed.set()
     writer._wake.set()  # the idle writer goes round its loop once
-    deadline = time.monotonic() + 5
-    while _disk_records(writer.paths[0]) < 1:
-        assert time.monotonic() < deadline, "the tapped delivery was left in the queue"
-        time.sleep(0.01)
+    wait_until(lambda: _disk_records(writer.paths[0]) == 1, what="the delivery tapped in the window to be written")
     writer.close()
 
 
@@ -215,10 +209,7 @@ def test_an_idle_writer_asked_for_nothing_goes_back_to_sleep(tmp_path, clock):
     writer = CaptureWriter(s, clock_now=clock.now).open()
     writer._urgent = True  # as a flush() that came in just after the writer answered its mark
     writer._wake.set()
-    deadline = time.monotonic() + 5
-    while writer._urgent or not writer._idle:
-        assert time.monotonic() < deadline, "the writer kept going round with nothing to do"
-        time.sleep(0.01)
+    wait_until(lambda: writer._idle and not writer._urgent, what="the writer to go back to sleep")
     writer.close()
 
 
@@ -227,10 +218,7 @@ def test_background_writer_flushes_on_its_own_when_the_interval_passes(tmp_path,
     writer = CaptureWriter(s, clock_now=clock.now).open()
     for seq in range(1, 4):
         writer(delivery(seq, clock))
-    deadline = time.monotonic() + 5
-    while _disk_records(writer.paths[0]) < 3:
-        assert time.monotonic() < deadline, "the idle writer never flushed"
-        time.sleep(0.01)
+    wait_until(lambda: _disk_records(writer.paths[0]) == 3, what="the idle writer to flush")
     writer.close()
 
 
