@@ -226,7 +226,7 @@ class TenantCredit:
             denoms: set[str] = set()
             unknown = False
             for lease in self.leases.values():
-                if lease is None:
+                if lease is None or not lease.items:  # a restart lost it, or only its event is known
                     unknown = True
                 else:
                     denoms.update(d for d, r in lease.rate_per_second().items() if r > 0)
@@ -285,7 +285,7 @@ class TenantCredit:
         unknown_unpaid = everything or bool(restored and restored <= empty)
         unpaid = []
         for u, lease in self.leases.items():
-            if lease is None:
+            if lease is None or not lease.items:  # its price is not known (yet)
                 if unknown_unpaid:
                     unpaid.append(u)
             elif any(r > 0 and (everything or d in empty) for d, r in lease.rate_per_second().items()):

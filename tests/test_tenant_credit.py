@@ -13,6 +13,7 @@ from messages.credit import (
     CloseRequested,
     CreditRead,
     CreditReadFailed,
+    LeaseOpened,
     LeasesClosed,
     LeasesSynced,
     TenantRestored,
@@ -281,3 +282,18 @@ def test_a_lease_that_costs_nothing_is_never_closed_nor_woken_for() -> None:
     est = CreditEstimate("t", (Coin("upwr", 0),), (Coin("upwr", 9),), 0)  # another provider's, used up
     out = alone.handle(CreditRead(1, CreditAccount("t", ()), est), T0)
     assert alone.zero_since is None and verdict(out).depletion_at is None and not sent(out, CloseRequested)
+
+
+def test_a_lease_known_only_from_its_event_is_no_free_lease() -> None:
+    """Its price is not known yet (no items): a zero balance still closes it, the chain's estimate still counts."""
+    opened = Lease("l-new", "t", PROVIDER, (), state="ACTIVE")  # as the scheduler builds it from the event
+    m = TenantCredit("t", S)
+    m.handle(LeaseOpened(opened), T0)
+    m.handle(CreditRead(1, CreditAccount("t", ())), T0)
+    (req,) = sent(m.handle(CreditRead(2, CreditAccount("t", ())), T0 + S.credit_check_zero_grace_period), CloseRequested)
+    assert req.lease_uuids == ("l-new",)
+    other = TenantCredit("t", S)
+    other.handle(LeaseOpened(opened), T0)
+    est = CreditEstimate("t", (Coin("umfx", 1000),), (Coin("umfx", 1),), 1000)
+    out = other.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", 1000),)), est), T0)
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=1000)
