@@ -540,8 +540,10 @@ class Ledger:
         """
         with self._lock:
             rows = self.conn.execute(
-                "SELECT uuid FROM leases WHERE provider_uuid = ? AND "
-                "(priced = 0 OR (closed_at_us IS NOT NULL AND closed_at_rank < ?)) "
+                "SELECT uuid FROM leases WHERE provider_uuid = ? AND (priced = 0 OR "
+                # a lease that never became active (expired or rejected while
+                # pending) was never billed, and the chain gives it no closed_at
+                "(active_from_us IS NOT NULL AND closed_at_us IS NOT NULL AND closed_at_rank < ?)) "
                 "ORDER BY priced, uuid LIMIT ?",
                 (self.provider_uuid, int(Precision.CHAIN), limit),
             ).fetchall()

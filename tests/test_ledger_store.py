@@ -240,6 +240,19 @@ def test_a_lease_closed_only_by_a_reconcile_guess_is_reopened_by_a_later_read(le
     assert times(ledger, "l1")[1] == T + timedelta(hours=3)
 
 
+def test_the_leases_to_read_are_the_unpriced_and_those_closed_at_a_time_the_chain_did_not_give(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
+    ledger.record(LeaseEventRecorded(T + timedelta(minutes=5), event("acknowledged", "short")))  # no price yet
+    ledger.record(LeaseEventRecorded(T + timedelta(minutes=9), event("expired", "pending")))  # never active
+    ledger.record(LeasesReconciled(T + timedelta(hours=1), (lease("l1"),)))  # l2 closed: when?
+    assert ledger.leases_to_read() == ["pending", "short", "l2"]  # unpriced first
+    expired = Lease("pending", TENANT, PROVIDER, (LeaseItem("sku-1", 1, Coin("umfx", 3)),), state="EXPIRED")
+    ledger.record(LeaseObserved(T + timedelta(hours=1), expired))  # the chain gives it no closed_at
+    ledger.record(LeaseObserved(T + timedelta(hours=1), lease("short", state="CLOSED", closed_at=T + timedelta(minutes=7))))
+    ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l2", state="CLOSED", closed_at=T + timedelta(minutes=30))))
+    assert ledger.leases_to_read() == []  # read once: not listed at every start for ever
+
+
 def test_other_providers_leases_are_kept_as_events_only(ledger):
     ledger.record(LeaseEventRecorded(T, event("auto_closed", "o1", "credit_exhausted", provider=OTHER)))
     ledger.record(LeasesReconciled(T, (lease("o2", provider=OTHER),)))
