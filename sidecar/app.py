@@ -134,10 +134,11 @@ class Sidecar:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))
         if restored_lookups:
             self._tell(CHAIN, WithdrawLookupsRestored(tuple(restored_lookups)))
-        if leases_to_read:
-            self._tell(SCHEDULER, LeasesToRead(tuple(leases_to_read)))
         #: other parts (ledger writer, listener, event feed) started with this sidecar
         self.parts = [make(self) for make in extra]
+        if leases_to_read:
+            # After the parts: the ledger writer must be there to take what the reads answer.
+            self._tell(SCHEDULER, LeasesToRead(tuple(leases_to_read)))
 
     # -- controls ---------------------------------------------------------------------
     def _tell(self, address: str, message: Any) -> bool:

@@ -517,3 +517,20 @@ def test_a_lease_the_books_hold_without_a_price_is_read_at_the_next_start(tmp_pa
     second = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
     second.run_until(utc(2026, 3, 10, 12, 1))
     assert second.ledger.lease(short)["priced"] and second.ledger.leases_to_read() == []
+
+
+def test_the_leases_to_read_at_start_are_asked_for_once_the_ledger_writer_is_there():
+    """On a threaded dispatcher the reads answer at once: the ledger must already take their answers."""
+    order: list[str] = []
+
+    class Watching(Sidecar):
+        def _tell(self, address, message):  # type: ignore[no-untyped-def]
+            order.append(type(message).__name__)
+            return super()._tell(address, message)
+
+    chain = Chain(utc(2026, 3, 1))
+    dispatcher = ManualDispatcher(chain.clock.now)
+    Watching(clock=chain.clock, dispatcher=dispatcher, client=RecordingClient(chain.model, PROVIDER, PROVIDER_ADDRESS),
+             settings=SCHEDULER, provider_uuid=PROVIDER, leases_to_read=("l1",),
+             extra=[lambda s: order.append("the ledger writer")])
+    assert order.index("the ledger writer") < order.index("LeasesToRead")
