@@ -942,9 +942,21 @@ class Replayer:
                         state[0] = run
                         yield begins
                 elif t is RunEnd:
+                    if (first_part is not None and first_part[2].run_id == rec.run_id
+                            and (run is None or run.run_id != rec.run_id)):
+                        # A run that delivered nothing, its start record skipped: it
+                        # begins (from its file header) only to end here.
+                        p_path, p_offset, part, p_index = first_part
+                        if run is not None:
+                            state[0] = None
+                            yield from self._end(run)
+                        run, begins = self._begin(Entry(p_path, p_offset, part, p_index), None, part.run_id, part)
+                        state[0] = run
+                        yield begins
                     first_part = None
                     if run is not None:
-                        run.clean_end = True
+                        # Another run's end (the one being replayed crashed) is not this one's clean stop.
+                        run.clean_end = run.run_id in (rec.run_id, "unknown")
                         state[0] = None
                         yield from self._end(run)
                         run = None

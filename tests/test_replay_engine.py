@@ -452,6 +452,27 @@ def test_a_run_whose_first_file_holds_only_a_damaged_start_record_is_begun_once(
     assert "run runtwo: its start record could not be read; its file header's copy is used" in text
 
 
+def test_a_crashed_run_is_not_given_the_clean_stop_of_an_empty_run_after_it(tmp_path):
+    """Run one crashed; run two delivered nothing and its start record is damaged: two runs, one clean stop."""
+    from capture.format import FILE_HEADER, FRAME_HEADER
+
+    one = live_run(tmp_path / "one", run_id="runone", cycles=2)
+    data = open(one[-1], "rb").read()
+    open(one[-1], "wb").write(data[:-5])  # its end record is cut: a crash
+    clock = ManualClock(utc(2026, 3, 1, 3))
+    empty = CaptureWriter(CaptureSettings(directory=str(tmp_path / "two" / "cap")), clock_now=clock.now,
+                          config={"scheduler": {}}, run_id="runtwo").open()
+    empty.close()
+    data = bytearray(open(empty.paths[0], "rb").read())
+    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
+    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside its RunStart
+    open(empty.paths[0], "wb").write(bytes(data))
+    status, text, _ = _cli(one + empty.paths, ("skip_bad", True))
+    ends = [line for line in text.splitlines() if line.startswith("-- run ")]
+    assert len(ends) == 2 and "== replayed 2 run(s)" in text
+    assert "no clean stop recorded" in ends[0] and "; clean stop;" in ends[1]
+
+
 def test_cli_step_pauses_after_each_line(tmp_path):
     paths = live_run(tmp_path, cycles=1)
     status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
