@@ -880,12 +880,25 @@ class Replayer:
                 yield from self._end(run)
             raise
 
+    def _next_run(
+        self, old: _Run | None, entry: Entry, start: RunStart | None, run_id: str, part: FilePart | None,
+        state: list[_Run | None],
+    ) -> Iterator[Any]:
+        """End ``old`` (if any) and begin the run ``entry`` opens; yields their events, returns the new run."""
+        if old is not None:
+            state[0] = None
+            yield from self._end(old)
+        run, begins = self._begin(entry, start, run_id, part)
+        state[0] = run
+        yield begins
+        return run
+
     def _replay_runs(self, entries: Iterable[Entry], state: list[_Run | None]) -> Iterator[Any]:
         run: _Run | None = None
         until = self.until
         stop = False
         #: a run's first file, whose start record should come next (--skip-bad may have skipped it)
-        first_part: tuple[str, int, FilePart, int] | None = None
+        first_part: Entry | None = None
         for path, offset, records, start in _batches(entries):
             index = start
             for rec in records:
@@ -893,18 +906,12 @@ class Replayer:
                 if t is DeliveryRecord or t is OpaqueDelivery:
                     if first_part is not None:
                         # Its start record was skipped: the run begins from its file header.
-                        p_path, p_offset, part, p_index = first_part
+                        part = first_part.record
+                        run = yield from self._next_run(run, first_part, None, part.run_id, part, state)
                         first_part = None
-                        if run is not None:
-                            state[0] = None
-                            yield from self._end(run)
-                        run, begins = self._begin(Entry(p_path, p_offset, part, p_index), None, part.run_id, part)
-                        state[0] = run
-                        yield begins
                     if run is None:
-                        run, begins = self._begin(Entry(path, offset, rec, index), None, "unknown")
-                        state[0] = run
-                        yield begins
+                        run = yield from self._next_run(None, Entry(path, offset, rec, index), None, "unknown", None,
+                                                        state)
                     if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
                         run.cut = True
                         self.stopped_early = True  # decisions before --until had their time to be delivered
@@ -920,39 +927,23 @@ class Replayer:
                         break
                 elif t is RunStart:
                     first_part = None
-                    if run is not None:
-                        state[0] = None
-                        yield from self._end(run)
-                    run, begins = self._begin(Entry(path, offset, rec, index), rec, rec.run_id)
-                    state[0] = run
-                    yield begins
+                    run = yield from self._next_run(run, Entry(path, offset, rec, index), rec, rec.run_id, None, state)
                 elif t is FilePart:
                     if rec.part == 0:
-                        first_part = (path, offset, rec, index) if rec.start is not None else None
+                        first_part = Entry(path, offset, rec, index) if rec.start is not None else None
                     elif run is None or run.run_id != rec.run_id:
-                        begin = (path, offset, rec, index)
-                        if first_part is not None and first_part[2].run_id == rec.run_id:
+                        begin = Entry(path, offset, rec, index)
+                        if first_part is not None and first_part.record.run_id == rec.run_id:
                             begin = first_part  # its first file held no delivery: the run begins there
                         first_part = None
-                        if run is not None:
-                            state[0] = None
-                            yield from self._end(run)
-                        run, begins = self._begin(Entry(begin[0], begin[1], begin[2], begin[3]), None, rec.run_id,
-                                                  begin[2])
-                        state[0] = run
-                        yield begins
+                        run = yield from self._next_run(run, begin, None, rec.run_id, begin.record, state)
                 elif t is RunEnd:
-                    if (first_part is not None and first_part[2].run_id == rec.run_id
+                    if (first_part is not None and first_part.record.run_id == rec.run_id
                             and (run is None or run.run_id != rec.run_id)):
                         # A run that delivered nothing, its start record skipped: it
                         # begins (from its file header) only to end here.
-                        p_path, p_offset, part, p_index = first_part
-                        if run is not None:
-                            state[0] = None
-                            yield from self._end(run)
-                        run, begins = self._begin(Entry(p_path, p_offset, part, p_index), None, part.run_id, part)
-                        state[0] = run
-                        yield begins
+                        part = first_part.record
+                        run = yield from self._next_run(run, first_part, None, part.run_id, part, state)
                     first_part = None
                     if run is not None:
                         # Another run's end (the one being replayed crashed) is not this one's clean stop.
