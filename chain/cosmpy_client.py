@@ -343,21 +343,14 @@ class CosmpyChainClient:
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
         op = f"withdraw_outcome {tx_hash}"
-        found = self._get_tx(op, tx_hash)
-        if found is None:
-            return None
-        if found.code != 0:
-            raise self._tx_error(op, found, included_at=found.height, final=True)
-        return self._withdraw_page(op, self._included(op, tx_hash, found), provider_uuid)
+        included = self._looked_up(op, tx_hash)
+        return None if included is None else self._withdraw_page(op, included, provider_uuid)
 
     def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
         op = f"close_outcome {tx_hash}"
-        found = self._get_tx(op, tx_hash)
-        if found is None:
+        included = self._looked_up(op, tx_hash)
+        if included is None:
             return None
-        if found.code != 0:
-            raise self._tx_error(op, found, included_at=found.height, final=True)
-        included = self._included(op, tx_hash, found)
         closed = 0
         for i, any_msg in enumerate(included.msg_responses):
             if any_msg.type_url == MSG_CLOSE_LEASE_RESPONSE:
@@ -369,6 +362,15 @@ class CosmpyChainClient:
             tx_hashes=(included.txhash,),
             settlements=self._settlements(op, included, lease_uuids=set(lease_uuids)),
         )
+
+    def _looked_up(self, op: str, tx_hash: str) -> IncludedTx | None:
+        """A tx of unknown outcome, as included; None while no node knows it; a ``ChainError`` if it failed."""
+        found = self._get_tx(op, tx_hash)
+        if found is None:
+            return None
+        if found.code != 0:
+            raise self._tx_error(op, found, included_at=found.height, final=True)
+        return self._included(op, tx_hash, found)
 
     def _withdraw_page(self, op: str, included: IncludedTx, provider_uuid: str) -> WithdrawPage:
         r = billing_tx.MsgWithdrawResponse()

@@ -29,16 +29,17 @@ from messages.coins import Coin
 
 __all__ = ["ModelChainClient"]
 
-#: Withdraw pages remembered by tx hash for ``withdraw_outcome`` (a node
-#: keeps its txs for longer; the sidecar looks one up within minutes).
-KEPT_WITHDRAW_PAGES = 10_000
+#: Withdraw pages and close outcomes remembered by tx hash, of each kind, for
+#: ``withdraw_outcome`` and ``close_outcome`` (a node keeps its txs for
+#: longer; the sidecar looks one up within minutes).
+KEPT_TXS = 10_000
 
-#: Per model, the withdraw pages it applied, by tx hash: the chain remembers
-#: its txs, so a client made after a restart finds what the one before sent.
+#: Per model, the withdraw pages and the close outcomes it applied, by tx
+#: hash: the chain remembers its txs, so a client made after a restart finds
+#: what the one before sent.
 _PAGES: "weakref.WeakKeyDictionary[BillingModel, dict[str, WithdrawPage]]" = weakref.WeakKeyDictionary()
-#: The same for close txs (``close_outcome``), as many kept.
 _CLOSES: "weakref.WeakKeyDictionary[BillingModel, dict[str, CloseOutcome]]" = weakref.WeakKeyDictionary()
-_PAGES_LOCK = threading.Lock()
+_KEPT_LOCK = threading.Lock()
 
 
 class ModelChainClient:
@@ -59,10 +60,9 @@ class ModelChainClient:
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
         self.calls: dict[str, int] = {}
-        #: withdraw pages the model applied, by tx hash (the latest KEPT_WITHDRAW_PAGES)
-        with _PAGES_LOCK:
+        #: withdraw pages and close outcomes the model applied, by tx hash (the latest KEPT_TXS of each)
+        with _KEPT_LOCK:
             self._pages = _PAGES.setdefault(model, {})
-            #: close outcomes the model applied, by tx hash (as many as pages are kept)
             self._closes = _CLOSES.setdefault(model, {})
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
@@ -125,29 +125,16 @@ class ModelChainClient:
                 payout_address=r.payout_address,
                 settlements=settled,
             )
-            with _PAGES_LOCK:
-                self._pages[tx_hash] = page
-                if len(self._pages) > KEPT_WITHDRAW_PAGES:
-                    del self._pages[next(iter(self._pages))]
+            _keep(self._pages, tx_hash, page)
             if signed is not None:
                 signed(tx_hash)
-            if self.faults.answer_lost("withdraw_by_provider"):
-                raise ChainError.transport(
-                    f"withdraw_by_provider {provider_uuid}: tx {tx_hash} was broadcast but not included in time "
-                    "(injected: the answer was lost)",
-                    may_have_committed=True,
-                    tx_hash=tx_hash,
-                )
+            self._maybe_lose_answer("withdraw_by_provider", provider_uuid, tx_hash)
             return page
 
         return self._call("withdraw_by_provider", (provider_uuid, key), send)
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
-        def look_up() -> WithdrawPage | None:
-            with _PAGES_LOCK:
-                return self._pages.get(tx_hash)
-
-        return self._call("withdraw_outcome", tx_hash, look_up)
+        return self._call("withdraw_outcome", tx_hash, lambda: _kept(self._pages, tx_hash))
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         return self._call(
@@ -172,27 +159,24 @@ class ModelChainClient:
             assert tx is not None, "a close that succeeded emits its lease_closed events"
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
-            with _PAGES_LOCK:
-                self._closes[tx.tx_hash] = outcome
-                if len(self._closes) > KEPT_WITHDRAW_PAGES:
-                    del self._closes[next(iter(self._closes))]
-            if self.faults.answer_lost("close_leases"):
-                raise ChainError.transport(
-                    f"close_leases ({len(lease_uuids)} leases): tx {tx.tx_hash} was broadcast but not included in "
-                    "time (injected: the answer was lost)",
-                    may_have_committed=True,
-                    tx_hash=tx.tx_hash,
-                )
+            _keep(self._closes, tx.tx_hash, outcome)
+            self._maybe_lose_answer("close_leases", f"({len(lease_uuids)} leases)", tx.tx_hash)
             return outcome
 
         return self._call("close_leases", tuple(lease_uuids), send)
 
     def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
-        def look_up() -> CloseOutcome | None:
-            with _PAGES_LOCK:
-                return self._closes.get(tx_hash)
+        return self._call("close_outcome", tx_hash, lambda: _kept(self._closes, tx_hash))
 
-        return self._call("close_outcome", tx_hash, look_up)
+    def _maybe_lose_answer(self, operation: str, subject: str, tx_hash: str) -> None:
+        """An applied tx whose answer the faults say is lost: as a node's client, "may have committed"."""
+        if self.faults.answer_lost(operation):
+            raise ChainError.transport(
+                f"{operation} {subject}: tx {tx_hash} was broadcast but not included in time "
+                "(injected: the answer was lost)",
+                may_have_committed=True,
+                tx_hash=tx_hash,
+            )
 
     def node_status(self) -> NodeStatus:
         def status() -> NodeStatus:
@@ -206,3 +190,16 @@ class ModelChainClient:
 
     def close(self) -> None:
         self.faults.close()
+
+
+def _keep(kept: dict[str, Any], tx_hash: str, outcome: Any) -> None:
+    """Remember what a tx applied, by its hash (the latest ``KEPT_TXS``)."""
+    with _KEPT_LOCK:
+        kept[tx_hash] = outcome
+        if len(kept) > KEPT_TXS:
+            del kept[next(iter(kept))]
+
+
+def _kept(kept: dict[str, Any], tx_hash: str) -> Any:
+    with _KEPT_LOCK:
+        return kept.get(tx_hash)
