@@ -25,7 +25,7 @@ from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
 from replay.engine import Divergence, Replayer, RunBegins
 from sidecar.config import ConfigError, load_config
-from tests.devnet_harness import wait_until
+from tests.support import eventually
 
 
 def settings(tmp_path: Path, **kw) -> CaptureSettings:
@@ -173,8 +173,11 @@ def test_without_the_background_writer_the_interval_flushes_after_a_quiet_spell(
     writer.close()  # with the real clock a timer does it (the next test)
 
 
-def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock):
+def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock, monkeypatch):
     """The tap lands after the writer found the queue empty and before it said it was idle: no wake-up."""
+    import capture.writer
+
+    monkeypatch.setattr(capture.writer, "IDLE_WAIT_MAX_S", 60.0)  # only the re-check once idle can save it
     s = settings(tmp_path, flush="interval", flush_interval=timedelta(milliseconds=100))
     writer = CaptureWriter(s, clock_now=clock.now).open()
     sink = writer._sink
@@ -192,7 +195,7 @@ def test_a_tap_just_before_the_writer_goes_idle_is_still_written(tmp_path, clock
     sink.due_in = due_in
     armed.set()
     writer._wake.set()  # the idle writer goes round its loop once
-    wait_until(lambda: _disk_records(writer.paths[0]) == 1, what="the delivery tapped in the window to be written")
+    assert eventually(lambda: _disk_records(writer.paths[0]) == 1), "waited in vain for the delivery tapped in the window to be written"
     writer.close()
 
 
@@ -202,7 +205,7 @@ def test_an_idle_writer_asked_for_nothing_goes_back_to_sleep(tmp_path, clock):
     writer = CaptureWriter(s, clock_now=clock.now).open()
     writer._urgent = True  # as a flush() that came in just after the writer answered its mark
     writer._wake.set()
-    wait_until(lambda: writer._idle and not writer._urgent, what="the writer to go back to sleep")
+    assert eventually(lambda: writer._idle and not writer._urgent), "waited in vain for the writer to go back to sleep"
     writer.close()
 
 
@@ -213,7 +216,7 @@ def test_the_writer_flushes_on_its_own_when_the_interval_passes(tmp_path, clock,
     writer = CaptureWriter(s, clock_now=clock.now).open()
     for seq in range(1, 4):
         writer(delivery(seq, clock))
-    wait_until(lambda: _disk_records(writer.paths[0]) == 3, what="the idle writer to flush")
+    assert eventually(lambda: _disk_records(writer.paths[0]) == 3), "waited in vain for the idle writer to flush"
     writer.close()
 
 
