@@ -37,8 +37,9 @@ def monitor() -> TenantCredit:
     return m
 
 
-def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, estimate: CreditEstimate | None = None):
-    return m.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr))), estimate), at)
+def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, estimate: CreditEstimate | None = None,
+         cycle: int = 1):
+    return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr))), estimate), at)
 
 
 def sent(effects, kind):
@@ -195,10 +196,6 @@ def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None
     assert sent(out, CloseRequested)
 
 
-def read_in(m: TenantCredit, cycle: int, at: datetime, umfx: int, upwr: int = 10**6):
-    return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr)))), at)
-
-
 def test_every_lease_closes_when_every_denom_it_is_charged_in_is_empty() -> None:
     m = monitor()
     read(m, T0, umfx=0, upwr=0)
@@ -211,14 +208,14 @@ def test_a_closure_left_unanswered_from_an_earlier_cycle_is_asked_again_or_forgo
     end = T0 + S.credit_check_zero_grace_period
     m = TenantCredit("t", S)
     m.handle(LeasesSynced(LEASES[:1]), T0)  # one lease, charged in umfx
-    read_in(m, 10, T0, 0)
-    (late,) = sent(read_in(m, 11, end, 0), CloseRequested)  # no answer ever comes for it
+    read(m, T0, 0, cycle=10)
+    (late,) = sent(read(m, end, 0, cycle=11), CloseRequested)  # no answer ever comes for it
     assert late.cycle == 11 and m.closing == ("l1",)
-    out = read_in(m, 11, end + timedelta(seconds=10), 0)  # the same cycle: still pending, not asked twice
+    out = read(m, end + timedelta(seconds=10), 0, cycle=11)  # the same cycle: still pending, not asked twice
     assert not sent(out, CloseRequested) and "pending" in verdict(out).note
-    (again,) = sent(read_in(m, 12, end + timedelta(seconds=30), 0), CloseRequested)  # still gone: asked on this read
+    (again,) = sent(read(m, end + timedelta(seconds=30), 0, cycle=12), CloseRequested)  # still gone: asked on this read
     assert (again.cycle, again.lease_uuids) == (12, ("l1",))
-    out = read_in(m, 13, end + timedelta(seconds=60), 500)  # paid again: nothing pending any more
+    out = read(m, end + timedelta(seconds=60), 500, cycle=13)  # paid again: nothing pending any more
     assert m.closing == () and m.zero_since is None and not sent(out, CloseRequested)
 
 
@@ -237,9 +234,9 @@ def test_a_refunded_tenant_is_not_closed_by_its_request_from_a_cycle_that_ended_
         for request in sent(effects, CloseRequested):
             chain.handle(request, end)
 
-    read_in(t, 10, T0, 0)
-    to_chain(read_in(t, 11, end, 0))  # cycle 11 had ended: the scheduler sends no FlushClosures(11)
-    read_in(t, 12, end + timedelta(minutes=10), 10**9)  # the tenant pays again
+    read(t, T0, 0, cycle=10)
+    to_chain(read(t, end, 0, cycle=11))  # cycle 11 had ended: the scheduler sends no FlushClosures(11)
+    read(t, end + timedelta(minutes=10), 10**9, cycle=12)  # the tenant pays again
     u.handle(CreditRead(13, CreditAccount("u", ())), end + timedelta(minutes=15))
     to_chain(u.handle(CreditRead(14, CreditAccount("u", ())), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
     out = chain.handle(FlushClosures(14), end + timedelta(minutes=30))
