@@ -13,12 +13,14 @@ import argparse
 import gc
 import io
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from actors.effects import Note, Retire, Send, Spawn
 from actors.shell import CoreActor, start_actor
 from capture import CaptureReader, CaptureWriter
+from capture.format import FILE_HEADER, FRAME_HEADER
 from capture.reader import read_records
 from capture.settings import CaptureSettings
 from messages.chain import ChainFailure, CreditAccount
@@ -165,6 +167,20 @@ def live_run(tmp_path, *, cycles=6, failing=(("bob", 2), ("bob", 3), ("bob", 4))
     dispatcher.run_until_idle()
     writer.close()
     return writer.paths
+
+
+def _cut_tail(path: str, nbytes: int = 5) -> None:
+    """Cut the last bytes of a capture file (its end record): what a crash leaves."""
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:-nbytes])
+
+
+def _damage_run_start(path: str) -> None:
+    """Flip a byte inside the start record, the file's second frame: its CRC no longer matches."""
+    data = bytearray(Path(path).read_bytes())
+    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
+    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
 
 
 def replay(paths, build=None, **kw):
@@ -377,8 +393,7 @@ def test_cli_exit_status_and_tenant_filter(tmp_path):
 
 def test_cli_skip_bad_counts_and_exit_status(tmp_path):
     paths = live_run(tmp_path)
-    data = open(paths[-1], "rb").read()
-    open(paths[-1], "wb").write(data[:-5])  # the RunEnd record is cut
+    _cut_tail(paths[-1])  # the RunEnd record is cut
     status, text, err = _cli(paths)
     assert status == 2 and "truncated record" in err and f"{paths[-1]}: byte" in err
     status, text, err = _cli(paths, ("skip_bad", True))
@@ -389,21 +404,15 @@ def test_cli_skip_bad_counts_and_exit_status(tmp_path):
 def test_a_replay_stopped_by_a_bad_record_still_reports_what_it_found_before(tmp_path):
     """Without --skip-bad a crash's partial record ends the replay: its divergences and counts stay."""
     paths = live_run(tmp_path)
-    data = open(paths[-1], "rb").read()
-    open(paths[-1], "wb").write(data[:-5])  # the RunEnd record is cut
+    _cut_tail(paths[-1])  # the RunEnd record is cut
     status, text, err = _cli(paths, build=toy_builder(threshold=2))
     assert status == 3 and "truncated record" in err  # diverged, and bad logs
     assert "DIVERGENCE changed" in text and "== replayed 1 run(s), 46 records" in text
 
 
 def test_skip_bad_past_a_damaged_start_record_begins_the_run_from_its_file_header(tmp_path):
-    from capture.format import FILE_HEADER, FRAME_HEADER
-
     paths = live_run(tmp_path)
-    data = bytearray(open(paths[0], "rb").read())
-    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
-    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside the RunStart frame
-    open(paths[0], "wb").write(bytes(data))
+    _damage_run_start(paths[0])
     status, text, _ = _cli(paths, ("skip_bad", True))
     assert status == 2 and "its start record could not be read; its file header's copy is used" in text
     assert "== replayed 1 run(s), 46 records" in text and "no divergence" in text
@@ -437,16 +446,11 @@ def test_a_run_numbered_far_from_1_replays_with_a_small_bitmap(tmp_path):
 
 def test_a_run_whose_first_file_holds_only_a_damaged_start_record_is_begun_once(tmp_path):
     """Its first delivery came after max_file_age: part 0 holds the header and the start record alone."""
-    from capture.format import FILE_HEADER, FRAME_HEADER
-
     one = live_run(tmp_path / "one", run_id="runone", cycles=3)
     two = live_run(tmp_path / "two", run_id="runtwo", cycles=3, start=utc(2026, 3, 1, 2),
                    quiet_start=timedelta(minutes=2), max_file_age=timedelta(minutes=1))
     assert len(two) >= 2 and not any(getattr(r, "seq", None) for r in read_records([two[0]]))
-    data = bytearray(open(two[0], "rb").read())
-    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
-    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside its RunStart
-    open(two[0], "wb").write(bytes(data))
+    _damage_run_start(two[0])
     status, text, _ = _cli(one + two, ("skip_bad", True))
     assert status == 2 and text.count("== run runtwo") == 1 and "== replayed 2 run(s)" in text
     assert "run runtwo: its start record could not be read; its file header's copy is used" in text
@@ -454,19 +458,13 @@ def test_a_run_whose_first_file_holds_only_a_damaged_start_record_is_begun_once(
 
 def test_a_crashed_run_is_not_given_the_clean_stop_of_an_empty_run_after_it(tmp_path):
     """Run one crashed; run two delivered nothing and its start record is damaged: two runs, one clean stop."""
-    from capture.format import FILE_HEADER, FRAME_HEADER
-
     one = live_run(tmp_path / "one", run_id="runone", cycles=2)
-    data = open(one[-1], "rb").read()
-    open(one[-1], "wb").write(data[:-5])  # its end record is cut: a crash
+    _cut_tail(one[-1])  # its end record is cut: a crash
     clock = ManualClock(utc(2026, 3, 1, 3))
     empty = CaptureWriter(CaptureSettings(directory=str(tmp_path / "two" / "cap")), clock_now=clock.now,
                           config={"scheduler": {}}, run_id="runtwo").open()
     empty.close()
-    data = bytearray(open(empty.paths[0], "rb").read())
-    _, n, _ = FRAME_HEADER.unpack_from(data, FILE_HEADER.size)
-    data[FILE_HEADER.size + FRAME_HEADER.size + n + FRAME_HEADER.size + 5] ^= 0xFF  # inside its RunStart
-    open(empty.paths[0], "wb").write(bytes(data))
+    _damage_run_start(empty.paths[0])
     status, text, _ = _cli(one + empty.paths, ("skip_bad", True))
     ends = [line for line in text.splitlines() if line.startswith("-- run ")]
     assert len(ends) == 2 and "== replayed 2 run(s)" in text
