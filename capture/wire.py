@@ -293,16 +293,15 @@ class CaptureEncoder:
         return default
 
     def _other(self, value: Any) -> Any:
-        """A value of a type met for the first time, or one msgpack cannot pack itself."""
-        plan = self._plans.get(type(value))
+        """A value of a type met for the first time (the packer's callback found no plan), or one
+        msgpack cannot pack itself."""
+        plan = self._plan(type(value))
         if plan is None:
-            plan = self._plan(type(value))
-            if plan is None:
-                if isinstance(value, int):  # msgpack hands over ints outside 64 bits
-                    return _tuple_new(_ExtType, (EXT_BIG_INT, str(value).encode("ascii")))
-                if isinstance(value, frozenset):
-                    return list(value)
-                raise CodecError(f"cannot encode a value of type {type(value).__name__}")
+            if isinstance(value, int):  # msgpack hands over ints outside 64 bits
+                return _tuple_new(_ExtType, (EXT_BIG_INT, str(value).encode("ascii")))
+            if isinstance(value, frozenset):
+                return list(value)
+            raise CodecError(f"cannot encode a value of type {type(value).__name__}")
         return plan(value)
 
     def _define(
@@ -620,15 +619,15 @@ class CaptureDecoder:
         return ext, ext_marks, bin_marks
 
     def _bin_define(self, mark: bytes) -> _Define:
-        """A bin mark that is no declared type: an object's definition, or damaged data."""
+        """A bin mark that is no declared type: an object's definition, or damaged data.
+
+        The same bytes as format 2's ext marks, so read by the same code (``_ext``).
+        """
         if len(mark) == 6:
-            ref = self._types.get(mark[:2])
-            if ref is not None:
-                return _Define(ref, mark[2:])
-            mark = mark[:2]
-        elif len(mark) != 2:
-            raise CodecError(f"malformed type mark {mark[:40]!r}")
-        raise CodecError(f"type reference {mark.hex()} used before the file declared it")
+            return self._ext(EXT_DEFINE, mark)  # type: ignore[no-any-return]
+        if len(mark) == 2:
+            self._ext(EXT_TYPE_REF, mark)  # not declared (else it was not handed here): raises
+        raise CodecError(f"malformed type mark {mark[:40]!r}")
 
     def declare(self, entries: Any) -> None:
         """Read a ``TYPES`` record's entries ``[index, name, version, [field, ...]]``."""
