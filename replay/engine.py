@@ -354,9 +354,8 @@ def _message_tenant(m: Any) -> str:
     return getattr(ev, "tenant", "") if ev is not None else ""
 
 
-#: ``describe``'s line makers by message type, looked up once per type (None: no line).
+#: ``describe``'s outside-input line makers by message type, looked up once per type (None: no line).
 _OUTSIDE_BY_TYPE: dict[type, Any] = {}
-_DECISION_BY_TYPE: dict[type, Any] = {}
 _ASK = object()  # not looked up yet
 
 
@@ -675,10 +674,7 @@ class _Run:
                     else:
                         q.append(expected)
                     self.pending_immediate += 1
-                    cls = type(eff.message)
-                    tell = _DECISION_BY_TYPE.get(cls, _ASK)
-                    if tell is _ASK:
-                        tell = _DECISION_BY_TYPE[cls] = describe.decision_describer(cls)
+                    tell = describe.decision_describer(type(eff.message))
                     if tell is not None:
                         text = tell(eff.message)
                         if text is not None:
