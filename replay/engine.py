@@ -800,6 +800,8 @@ class Replayer:
         self.matched = 0
         self.excused = 0
         self.stopped_early = False
+        #: the run being replayed (for the error path of ``_replay``)
+        self._current: _Run | None = None
 
     def _replayed(self, address: str) -> bool:
         known = self._replayed_cache.get(address)
@@ -814,7 +816,13 @@ class Replayer:
             return timedelta(0)
         return timedelta(seconds=REAL_TIMER_LATENESS_S * max(start.clock_speed, 1.0))
 
-    def _begin(self, entry: Entry, start: RunStart | None, run_id: str, part: FilePart | None = None) -> tuple[_Run, RunBegins]:
+    def _begin(self, entry: Entry) -> tuple[_Run, RunBegins]:
+        """The run ``entry`` opens: a start record, a file header (``FilePart``), or a delivery of a run
+        with neither among the records given ("unknown")."""
+        rec = entry.record
+        start = rec if type(rec) is RunStart else None
+        part = rec if type(rec) is FilePart else None
+        run_id = rec.run_id if start is not None or part is not None else "unknown"
         notices: list[str] = []
         begins_late: list[str] = []
         if start is None and part is not None and part.start is not None:
@@ -865,31 +873,30 @@ class Replayer:
             yield from self._replay(entries)
 
     def _replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
-        state: list[_Run | None] = [None]  # the run being replayed, for the error path below
+        self._current = None
         try:
-            yield from self._replay_runs(entries, state)
+            yield from self._replay_runs(entries)
         except CaptureError:
             # A bad record stops the replay: what the run showed up to it is
             # still reported (its divergences, its counts), then the error.
-            run = state[0]
-            if run is not None:
-                yield from self._end(run)
+            if self._current is not None:
+                yield from self._end_run(self._current)
             raise
 
-    def _next_run(
-        self, old: _Run | None, entry: Entry, start: RunStart | None, run_id: str, part: FilePart | None,
-        state: list[_Run | None],
-    ) -> Iterator[Any]:
+    def _end_run(self, run: _Run) -> Iterator[Any]:
+        self._current = None
+        yield from self._end(run)
+
+    def _next_run(self, old: _Run | None, entry: Entry) -> Iterator[Any]:
         """End ``old`` (if any) and begin the run ``entry`` opens; yields their events, returns the new run."""
         if old is not None:
-            state[0] = None
-            yield from self._end(old)
-        run, begins = self._begin(entry, start, run_id, part)
-        state[0] = run
+            yield from self._end_run(old)
+        run, begins = self._begin(entry)
+        self._current = run
         yield begins
         return run
 
-    def _replay_runs(self, entries: Iterable[Entry], state: list[_Run | None]) -> Iterator[Any]:
+    def _replay_runs(self, entries: Iterable[Entry]) -> Iterator[Any]:
         run: _Run | None = None
         until = self.until
         stop = False
@@ -902,12 +909,10 @@ class Replayer:
                 if t is DeliveryRecord or t is OpaqueDelivery:
                     if first_part is not None:
                         # Its start record was skipped: the run begins from its file header.
-                        part = first_part.record
-                        run = yield from self._next_run(run, first_part, None, part.run_id, part, state)
+                        run = yield from self._next_run(run, first_part)
                         first_part = None
                     if run is None:
-                        run = yield from self._next_run(None, Entry(path, offset, rec, index), None, "unknown", None,
-                                                        state)
+                        run = yield from self._next_run(None, Entry(path, offset, rec, index))
                     if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
                         run.cut = True
                         self.stopped_early = True  # decisions before --until had their time to be delivered
@@ -923,7 +928,7 @@ class Replayer:
                         break
                 elif t is RunStart:
                     first_part = None
-                    run = yield from self._next_run(run, Entry(path, offset, rec, index), rec, rec.run_id, None, state)
+                    run = yield from self._next_run(run, Entry(path, offset, rec, index))
                 elif t is FilePart:
                     if rec.part == 0:
                         first_part = Entry(path, offset, rec, index) if rec.start is not None else None
@@ -932,28 +937,25 @@ class Replayer:
                         if first_part is not None and first_part.record.run_id == rec.run_id:
                             begin = first_part  # its first file held no delivery: the run begins there
                         first_part = None
-                        run = yield from self._next_run(run, begin, None, rec.run_id, begin.record, state)
+                        run = yield from self._next_run(run, begin)
                 elif t is RunEnd:
                     if (first_part is not None and first_part.record.run_id == rec.run_id
                             and (run is None or run.run_id != rec.run_id)):
                         # A run that delivered nothing, its start record skipped: it
                         # begins (from its file header) only to end here.
-                        part = first_part.record
-                        run = yield from self._next_run(run, first_part, None, part.run_id, part, state)
+                        run = yield from self._next_run(run, first_part)
                     first_part = None
                     if run is not None:
                         # Another run's end (the one being replayed crashed) is not this one's clean stop.
                         run.clean_end = run.run_id in (rec.run_id, "unknown")
-                        state[0] = None
-                        yield from self._end(run)
+                        yield from self._end_run(run)
                         run = None
                 if index >= 0:
                     index += 1
             if stop:
                 break
         if run is not None:
-            state[0] = None
-            yield from self._end(run)
+            yield from self._end_run(run)
 
 
 def _batches(entries: Iterable[Entry]) -> Iterable[Batch]:
