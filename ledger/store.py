@@ -484,7 +484,6 @@ class Ledger:
     def _tenant_forgotten(self, fact: TenantForgotten) -> None:
         self.conn.execute("DELETE FROM tenant_state WHERE tenant = ?", (fact.tenant,))
 
-    # -- reading -------------------------------------------------------------------------
     def _lookup_opened(self, fact: WithdrawLookupOpened) -> None:
         self.conn.execute(
             "INSERT OR IGNORE INTO withdraw_lookups (tx_hash, cycle, page, opened_at_us) VALUES (?, ?, ?, ?)",
@@ -494,6 +493,7 @@ class Ledger:
     def _lookup_closed(self, fact: WithdrawLookupClosed) -> None:
         self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
 
+    # -- reading -------------------------------------------------------------------------
     def withdraw_lookups(self) -> list[WithdrawLookupOpened]:
         """The withdraw txs still being looked up, oldest first, to go on at start."""
         with self._lock:
