@@ -179,11 +179,9 @@ class _Sink:
     def __init__(
         self,
         settings: CaptureSettings,
-        run_id: str,
-        run_started_at: datetime,
+        start: RunStart,
         monotonic: Callable[[], float],
         declarations: Callable[[], bytes | None],
-        start: RunStart | None = None,
     ) -> None:
         self.settings = settings
         #: The run's start, repeated in every file's header.
@@ -191,8 +189,8 @@ class _Sink:
         #: The framed type table of every message type met so far (each file declares it).
         self.declarations = declarations
         self.directory = Path(settings.directory)
-        self.run_id = run_id
-        self.run_started_at = run_started_at
+        self.run_id = start.run_id
+        self.run_started_at = start.started_at
         self.monotonic = monotonic
         self.max_bytes = settings.max_file_bytes
         self.max_age = settings.max_file_age if settings.max_file_age.total_seconds() > 0 else None
@@ -460,7 +458,7 @@ class CaptureWriter:
             config=effective,
             extra=self._extra,
         )
-        self._sink = _Sink(self.settings, self.run_id, started, self._monotonic, self._declarations, start)
+        self._sink = _Sink(self.settings, start, self._monotonic, self._declarations)
         try:
             self._sink.add(frame(self._encoder.encode(start.to_body())), started, force_flush=True)
         except OSError as exc:
