@@ -639,9 +639,7 @@ class CaptureWriter:
                         k = n if n < batch_size else batch_size
                         self._write([popleft() for _ in range(k)])
                         n -= k
-                        if self._waiting_for_room and len(q) < self._limit // 2:
-                            with self._room:
-                                self._room.notify_all()
+                        self._let_senders_in()
                     continue
                 batch: list[Delivery] = []
                 for _ in range(n):
@@ -662,17 +660,13 @@ class CaptureWriter:
                             return
                         self._flush_now()
                         item.done.set()
-                    if self._waiting_for_room and len(q) < self._limit // 2:
-                        with self._room:
-                            self._room.notify_all()
+                    self._let_senders_in()
                 if batch:
                     self._write(batch)
                 continue
             if n and gathering_since is None:
                 gathering_since = monotonic()
-            if self._waiting_for_room:
-                with self._room:
-                    self._room.notify_all()
+            self._let_senders_in(drained=True)
             due = sink.due_in()
             if due == 0.0:
                 self._flush_now()
@@ -692,6 +686,12 @@ class CaptureWriter:
             self._wake.wait(IDLE_WAIT_MAX_S if timeout is None else timeout)
             self._wake.clear()
             self._idle = False
+
+    def _let_senders_in(self, drained: bool = False) -> None:
+        """Wake the taps waiting for room once the queue is below half its limit (or ``drained``)."""
+        if self._waiting_for_room and (drained or len(self._queue) < self._limit // 2):
+            with self._room:
+                self._room.notify_all()
 
     def _flush_now(self) -> None:
         if self.failed is None:
