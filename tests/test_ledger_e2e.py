@@ -465,18 +465,29 @@ def test_killed_while_the_client_waited_for_inclusion_the_restarted_sidecar_book
     assert second.ledger.withdraw_lookups() == []
 
 
-def test_as_against_a_node_a_lease_opened_and_closed_within_the_hour_is_priced_and_billed(tmp_path):
-    """No active-lease read ever sees it: its events have it read from the chain for the books."""
+def _rich_chain() -> tuple[Chain, str]:
+    """A chain from 27 February with a rich tenant's lease of ours (its uuid)."""
     chain = Chain(utc(2026, 2, 27))
     chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    chain.lease(RICH, [item(3, 2)])
-    life = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    return chain, chain.lease(RICH, [item(3, 2)])
+
+
+def _short_lease(life: Life, chain: Chain) -> str:
+    """A lease of the rich tenant opened at 10:05 on March 10 and closed by it at 10:20: no hourly read sees it."""
     life.run_until(utc(2026, 3, 10, 10, 5))
     short = chain.lease(RICH, [item(5)])
     life.dispatcher.run_until_idle()
     life.run_until(utc(2026, 3, 10, 10, 20))
     chain.model.close_leases(RICH, [short], "tenant left")
     life.dispatcher.run_until_idle()
+    return short
+
+
+def test_as_against_a_node_a_lease_opened_and_closed_within_the_hour_is_priced_and_billed(tmp_path):
+    """No active-lease read ever sees it: its events have it read from the chain for the books."""
+    chain, _ = _rich_chain()
+    life = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
+    short = _short_lease(life, chain)
     life.run_until(MAR.end + timedelta(hours=GRACE_HOURS + 1, minutes=1))
     row = life.ledger.lease(short)
     assert row["priced"] and json.loads(row["items"]) == [["sku-1", 1, "umfx", "5"]]
@@ -485,9 +496,7 @@ def test_as_against_a_node_a_lease_opened_and_closed_within_the_hour_is_priced_a
 
 
 def test_as_against_a_node_a_lease_closed_while_down_is_billed_to_the_chains_close(tmp_path):
-    chain = Chain(utc(2026, 2, 27))
-    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    lease = chain.lease(RICH, [item(3, 2)])
+    chain, lease = _rich_chain()
     first = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
     first.run_until(utc(2026, 3, 10))
     first.kill()
@@ -501,16 +510,10 @@ def test_as_against_a_node_a_lease_closed_while_down_is_billed_to_the_chains_clo
 
 def test_a_lease_the_books_hold_without_a_price_is_read_at_the_next_start(tmp_path):
     """Its reads failed (or a database written before they existed): the next start reads it."""
-    chain = Chain(utc(2026, 2, 27))
-    chain.model.fund_credit(RICH, [Coin("umfx", 10**15)])
-    chain.lease(RICH, [item(3, 2)])
+    chain, _ = _rich_chain()
     first = Life(chain, tmp_path / "l.sqlite", ledger_feed=False)
     first.client.faults.fail_rate("lease", 1.0)
-    first.run_until(utc(2026, 3, 10, 10, 5))
-    short = chain.lease(RICH, [item(5)])
-    first.dispatcher.run_until_idle()
-    first.run_until(utc(2026, 3, 10, 10, 20))
-    chain.model.close_leases(RICH, [short], "tenant left")
+    short = _short_lease(first, chain)
     first.run_until(utc(2026, 3, 10, 12))
     assert not first.ledger.lease(short)["priced"] and first.ledger.leases_to_read() == [short]
     first.kill()
