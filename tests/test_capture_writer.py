@@ -249,25 +249,32 @@ def test_flush_amid_taps_from_several_threads_writes_all_tapped_before_it(tmp_pa
                            clock_now=clock.now).open()
     tapped = [0, 0, 0]
     shortfalls = []
+    first_flush = threading.Event()  # the taps go on after it, so flushes do come amid them
 
     def tap(n: int) -> None:
         for i in range(1500):
+            if i == 750:
+                first_flush.wait(30)
             writer(delivery(1 + n * 1500 + i, clock))
             tapped[n] += 1
 
     def flusher() -> None:
-        for _ in range(15):
+        while True:
             before = sum(tapped)  # every one of these was tapped before flush() began
             writer.flush()
             on_disk = sum(_disk_records(p) for p in writer.paths)
             if on_disk < before:
                 shortfalls.append((before, on_disk))
+            first_flush.set()
+            if before == 4500:
+                return
 
     threads = [threading.Thread(target=tap, args=(n,)) for n in range(3)] + [threading.Thread(target=flusher)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+        assert not t.is_alive()
     writer.close()
     assert shortfalls == []
     seqs = [r.seq for r in deliveries(read_records(writer.paths))]
