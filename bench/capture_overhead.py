@@ -55,7 +55,6 @@ import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 
 from typing import Any  # noqa: E402
 
@@ -67,15 +66,11 @@ from runtime.memory import tune_gc  # noqa: E402
 from sidecar.runner import build  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import event_intake  # noqa: E402  (the devnet websocket process and the counting actor)
+import event_intake  # noqa: E402  (the devnet websocket process, and the listener to a counting actor)
 from devnet_process import devnet_process  # noqa: E402
 
-from actors.listener import ListenerActor  # noqa: E402
-from actors.listener_settings import ListenerSettings  # noqa: E402
 from capture.settings import CaptureSettings  # noqa: E402
 from capture.writer import CaptureWriter  # noqa: E402
-from runtime.dispatch import ThreadedDispatcher  # noqa: E402
-from runtime.router import SCHEDULER, Router  # noqa: E402
 
 TENANTS = 500
 TRIAL_S = 5.0
@@ -159,27 +154,22 @@ def node_trial(node: dict[str, str], capture_dir: str | None) -> Trial:
         clock.close()
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def event_flood(url: str, emit: Any, capture_dir: str | None) -> Trial:
+def event_flood(node: Any, capture_dir: str | None) -> Trial:
     """Lease events/s and lease events per CPU second through the listener; with ``capture_dir``, captured."""
     writer = None
     if capture_dir is not None:
-        writer = CaptureWriter(CaptureSettings(directory=capture_dir), clock_now=_now).open()
-    dispatcher = ThreadedDispatcher(_now, workers=2, tap=writer)
-    router = Router()
-    sink_ref = event_intake.Sink.start(dispatcher)
-    router.add(SCHEDULER, sink_ref)
-    sink = sink_ref.actor_inbox.actor  # type: ignore[attr-defined]
-    listener = ListenerActor.start(dispatcher, router, url, event_intake.PROVIDER, ListenerSettings())
+        writer = CaptureWriter(CaptureSettings(directory=capture_dir), clock_now=event_intake.capture_clock).open()
     try:
-        if not event_intake.wait_for(lambda: sink.reconciles >= 1, 10):
-            raise RuntimeError("the listener did not subscribe within 10 s")
+        listening = event_intake.Listening(node.url, tap=writer)
+    except RuntimeError:
+        if writer is not None:
+            writer.close()
+        raise
+    sink = listening.sink
+    try:
         before = sink.count
         start, cpu_start = time.perf_counter(), time.process_time()
-        _, lease_events, _, _ = emit(0, EVENT_FLOOD)
+        _, lease_events, _, _ = node.emit(0, EVENT_FLOOD)
         if not event_intake.wait_for(lambda: sink.count - before >= lease_events, 60):
             raise RuntimeError("the flood was not delivered within 60 s")
         if writer is not None:
@@ -187,9 +177,7 @@ def event_flood(url: str, emit: Any, capture_dir: str | None) -> Trial:
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         delivered = sink.count - before
     finally:
-        listener.stop(timeout=10)
-        sink_ref.stop(timeout=10)
-        dispatcher.shutdown()
+        listening.stop()
         if writer is not None:
             writer.close()
     return delivered / elapsed, delivered / cpu, writer
@@ -239,25 +227,12 @@ def model_part(root: str) -> float:
 
 def events_part(root: str) -> float:
     """The lease-event path, capture off vs on; returns the loss of events/s."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    node = ctx.Process(target=event_intake.node_process, args=(child,), daemon=True)
-    node.start()
-    url = f"ws://127.0.0.1:{parent.recv()}/websocket"
-
-    def emit(rate: float, budget: float) -> Any:
-        parent.send(("emit", rate, budget))
-        return parent.recv()
-
+    node = event_intake.NodeProcess()
     try:
         return alternate(f"lease events through the websocket listener, floods of {EVENT_FLOOD:,}",
-                         "lease events", EVENT_FLOODS, lambda d: event_flood(url, emit, d), root)
+                         "lease events", EVENT_FLOODS, lambda d: event_flood(node, d), root)
     finally:
-        parent.send(("stop",))
-        parent.recv()
-        node.join(10)
+        node.stop()
 
 
 def node_part(root: str) -> float:

@@ -175,6 +175,27 @@ def node_process(conn) -> None:  # the child's main: commands from the pipe
             conn.send((emitted, lease_events, frames, mono() - start))
 
 
+class NodeProcess:
+    """The devnet websocket in a process of its own (``node_process``), driven over a pipe."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=node_process, args=(child,), daemon=True)
+        self._process.start()
+        self.url = f"ws://127.0.0.1:{self._conn.recv()}/websocket"
+
+    def emit(self, rate: float, budget: float):
+        """Lease events at ``rate`` per second (0: as fast as it can) for ``budget`` s or events; what it sent."""
+        self._conn.send(("emit", rate, budget))
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        self._conn.send(("stop",))
+        self._conn.recv()
+        self._process.join(10)
+
+
 # -- the sidecar side ------------------------------------------------------------------------------
 class Sink(PooledActor):
     """Stands in for the scheduler: counts lease events, notes when each arrived."""
@@ -229,6 +250,27 @@ class RawClient:
         self._thread.join(5)
 
 
+class Listening:
+    """The production ``ListenerActor`` on ``url``, delivering to a ``Sink`` on a two-worker dispatcher
+    (tapped by ``tap``, a capture, when given); subscribed once constructed."""
+
+    def __init__(self, url: str, tap=None) -> None:
+        self.dispatcher = ThreadedDispatcher(capture_clock, workers=2, tap=tap)
+        router = Router()
+        self.sink_ref = Sink.start(self.dispatcher)
+        router.add(SCHEDULER, self.sink_ref)
+        self.sink: Sink = self.sink_ref.actor_inbox.actor  # type: ignore[attr-defined]
+        self.listener = ListenerActor.start(self.dispatcher, router, url, PROVIDER, ListenerSettings())
+        if not wait_for(lambda: self.sink.reconciles >= 1, 10):
+            self.stop()
+            raise RuntimeError("the listener did not subscribe within 10 s")
+
+    def stop(self) -> None:
+        self.listener.stop(timeout=10)
+        self.sink_ref.stop(timeout=10)
+        self.dispatcher.shutdown()
+
+
 def wait_for(predicate, timeout: float) -> bool:
     deadline = min(mono() + timeout, _deadline)
     while mono() < deadline:
@@ -249,17 +291,9 @@ def main() -> int:
     global _deadline
     _deadline = mono() + BUDGET_SECONDS
     logging.basicConfig(level=logging.WARNING)
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    node = ctx.Process(target=node_process, args=(child,), daemon=True)
-    node.start()
-    port = parent.recv()
-    url = f"ws://127.0.0.1:{port}/websocket"
+    node = NodeProcess()
+    url, emit = node.url, node.emit
     print(f"event intake: devnet websocket at {url} (separate process), {os.cpu_count()} CPUs")
-
-    def emit(rate: float, budget: float):
-        parent.send(("emit", rate, budget))
-        return parent.recv()
 
     # Baseline floods: raw frames, nothing parsed.
     baseline = []
@@ -273,15 +307,12 @@ def main() -> int:
         baseline.append(lease_events / elapsed)
     raw.close()
 
-    dispatcher = ThreadedDispatcher(capture_clock, workers=2)
-    router = Router()
-    sink_ref = Sink.start(dispatcher)
-    router.add(SCHEDULER, sink_ref)
-    sink: Sink = sink_ref.actor_inbox.actor  # type: ignore[attr-defined]
-    listener = ListenerActor.start(dispatcher, router, url, PROVIDER, ListenerSettings())
-    if not wait_for(lambda: sink.reconciles >= 1, 10):
-        print("the listener did not subscribe within 10 s")
+    try:
+        listening = Listening(url)
+    except RuntimeError as exc:
+        print(exc)
         return 1
+    sink, listener = listening.sink, listening.listener
 
     print(f"\nramp: offered lease events/s for {STEP_SECONDS:.0f} s each; delay = node emission -> actor")
     print(f"{'offered/s':>10} {'emitted/s':>10} {'delivered/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
@@ -333,12 +364,8 @@ def main() -> int:
         flood_delays.extend((t - emitted_at[h]) * 1000 for h, t in sink.arrivals[arrivals_before:] if h in emitted_at)
 
     stats = listener.proxy().stats().get(timeout=5)
-    listener.stop(timeout=10)
-    sink_ref.stop(timeout=10)
-    dispatcher.shutdown()
-    parent.send(("stop",))
-    parent.recv()
-    node.join(10)
+    listening.stop()
+    node.stop()
 
     base_median = statistics.median(baseline)
     flood_median = statistics.median(flood)
