@@ -27,7 +27,7 @@ from ledger.metering import meter_month
 from ledger.periods import INSTANT_FORM, MONTH_FORM, Month, PeriodError, iso, parse_instant, parse_month
 from ledger.runs import Periods
 from ledger.schema import NewerSchemaError, NotALedgerError
-from ledger.settings import LedgerSettings, resolve_ledger_path
+from ledger.settings import LedgerSettings, embedded_ledger_path, resolve_ledger_path
 from ledger.statements import write_csv, write_json
 from ledger.store import Ledger, LedgerError
 from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
@@ -84,16 +84,14 @@ def open_ledger(config: Any) -> Ledger:
     """The ledger the sidecar of this configuration writes.
 
     An embedded chain (``model``, ``devnet``) keeps its books in a file of its
-    own beside ``[ledger] path`` (``sidecar.runner.embedded_ledger_path``), so
-    the commands read that one in those modes.
+    own beside ``[ledger] path`` (``embedded_ledger_path``), so the commands
+    read that one in those modes.
     """
     settings: LedgerSettings = config.ledger
     path = resolve_ledger_path(settings, config.source)
     if path is None:
         raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
     if config.chain.mode in ("model", "devnet"):
-        from sidecar.runner import embedded_ledger_path
-
         path = embedded_ledger_path(path)
     return Ledger.open(path, config.provider.uuid, synchronous=settings.synchronous)
 

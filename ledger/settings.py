@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sidecar.config import section, setting
 
-__all__ = ["LedgerSettings", "resolve_ledger_path"]
+__all__ = ["LedgerSettings", "resolve_ledger_path", "embedded_ledger_path"]
 
 
 @section("ledger")
@@ -51,3 +51,12 @@ def resolve_ledger_path(settings: LedgerSettings, config_source: str) -> Path | 
     source = Path(config_source)
     base = source.parent if config_source and not config_source.startswith("<") else Path.cwd()
     return base / path
+
+
+def embedded_ledger_path(path: Path) -> Path:
+    """Where the books of an embedded chain go: beside ``[ledger] path``, never in it.
+
+    The sidecar writes these books and the ledger's commands read them, so the
+    name is the ledger's to give, not the wiring's.
+    """
+    return path.with_name(f"{path.stem}-embedded{path.suffix}")

@@ -67,11 +67,6 @@ class Running:
                 logger.exception("error while shutting down")
 
 
-def embedded_ledger_path(path: Path) -> Path:
-    """Where the books of an embedded chain go: beside ``[ledger] path``, never in it."""
-    return path.with_name(f"{path.stem}-embedded{path.suffix}")
-
-
 def _open_ledger(config: Config) -> Any:
     """The ledger named by ``[ledger] path`` (None when it is empty).
 
@@ -81,7 +76,7 @@ def _open_ledger(config: Config) -> Any:
     of its own, and the previous run's is moved aside (to ``*.previous``),
     never deleted.
     """
-    from ledger.settings import resolve_ledger_path
+    from ledger.settings import embedded_ledger_path, resolve_ledger_path
     from ledger.store import Ledger
 
     path = resolve_ledger_path(config.ledger, config.source)
