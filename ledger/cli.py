@@ -2,10 +2,13 @@
 
 ``add_commands(subparsers, load_config)`` adds them to ``run.py``'s parser;
 each sets ``func`` to a handler taking the parsed arguments and returning the
-exit status. ``load_config(path)`` is ``sidecar.config.load_config``: it is
-called with the parser's global ``--config`` (``args.config``).
+exit status. ``load_config(path)`` is the wiring's loader (``run.py`` passes
+it, every section registered): it is called with the parser's global
+``--config`` (``args.config``). The ledger does not import the wiring, so
+it cannot load a whole ``config.toml`` by itself; ``python run.py tick`` is
+how an operator runs these commands.
 
-``python -m ledger.cli`` runs the same commands on their own (with a
+``main(argv, load_config)`` runs the same commands on their own (with a
 ``--config`` option), which is how the tests drive them.
 
 Exit status: 0 done; 1 a month failed (``tick``) or the command could not be
@@ -222,17 +225,11 @@ def _statement(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ledger.cli [--config FILE] COMMAND ...``"""
-    from sidecar.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m ledger.cli", description="leasewarden ledger commands")
+def main(argv: Sequence[str], load_config: LoadConfig) -> int:
+    """``[--config FILE] COMMAND ...`` with the given loader: the commands without the rest of ``run.py``."""
+    parser = argparse.ArgumentParser(prog="ledger", description="leasewarden ledger commands")
     parser.add_argument("--config", metavar="FILE", help="config.toml to read (default: built-in defaults)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub, load_config)
     args = parser.parse_args(argv)
     return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

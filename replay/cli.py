@@ -5,6 +5,10 @@ Wiring (``run.py``)::
     from replay.cli import add_command as add_replay
     add_replay(sub, load_config)     # load_config(path) -> Config, for --with-config
 
+There is no ``python -m replay.cli``: a replay rebuilds the captured
+configuration from every section of the sidecar, and only the wiring, which
+``run.py`` imports, registers them all.
+
 Output is a timeline (one line per decision: the cores' notes, and the
 inputs from outside that explain them), then per run the divergences and
 the totals. ``--json`` prints the same as JSON Lines. Nothing in the output
@@ -289,18 +293,3 @@ def run_replay(
     if error is not None and not args.json:
         stderr.write(f"error: {error}\n")
     return (EXIT_DIVERGED if replayer.divergences else 0) | (EXIT_BAD_LOGS if bad else 0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m replay.cli LOG...`` (``run.py replay`` is the usual way in)."""
-    from sidecar.config import load_config
-
-    parser = argparse.ArgumentParser(prog="replay")
-    sub = parser.add_subparsers(dest="command")
-    add_command(sub, load_config)
-    args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

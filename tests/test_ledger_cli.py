@@ -58,7 +58,7 @@ def books(config) -> Path:
 
 def run(capsys, config: Path, *argv: str) -> tuple[int, str, str]:
     try:
-        code = main(["--config", str(config), *argv])
+        code = main(["--config", str(config), *argv], load_config)
     except SystemExit as exc:  # argparse rejecting an argument
         code = exc.code
     out, err = capsys.readouterr()
@@ -91,7 +91,7 @@ def test_tick_in_its_own_process_exits_non_zero_when_a_month_failed(config, book
     lg = Ledger.open(books, PROVIDER)
     lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
     lg.close()
-    cmd = [sys.executable, "-m", "ledger.cli", "--config", str(config), "tick"]
+    cmd = [sys.executable, str(REPO / "run.py"), "--config", str(config), "tick"]
     first = subprocess.run([*cmd, "--now", "2026-04-01T00:30:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     second = subprocess.run([*cmd, "--now", "2026-04-02T01:00:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
