@@ -23,7 +23,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.clock import Clock, RealClock  # noqa: E402
-from sidecar.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
+from runtime.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
+import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
 DEFAULT_CONFIG = ROOT / "config.toml"
 

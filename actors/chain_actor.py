@@ -15,6 +15,7 @@ from typing import Any
 from actors.close_lookup import CloseLookups
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
+from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor
 from actors.withdraw_cycle import WithdrawCycle
 from actors.withdraw_lookup import WithdrawLookups
@@ -37,7 +38,6 @@ from messages.scheduler import ClosuresFlushed, WithdrawFinished
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher
 from runtime.router import CHAIN, SCHEDULER, Router
-from sidecar.config import SchedulerSettings
 
 __all__ = ["ChainDecisions", "ChainActor"]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from actors.effects import Effect, Note, Send
+from actors.scheduler_settings import SchedulerSettings
 from chain.errors import is_lease_gone
 from chain.model import MAX_BATCH_LEASE_SIZE
 from messages.chain import ChainFailure
@@ -37,7 +38,6 @@ from messages.credit import CloseFailed, CloseRequested, LeasesClosed
 from messages.ledger import ClosureRecorded, SettlementsRecorded
 from messages.scheduler import ClosuresFlushed
 from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
-from sidecar.config import SchedulerSettings
 
 __all__ = ["ClosureBuffer", "CloseRound", "plan_batches"]
 

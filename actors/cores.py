@@ -13,8 +13,8 @@ from typing import Any
 from actors.chain_actor import ChainDecisions
 from actors.schedule import SchedulerDecisions
 from actors.tenant_credit import TenantCredit
+from runtime.config import Config
 from runtime.router import CHAIN, SCHEDULER
-from sidecar.config import Config
 
 __all__ = ["build_core", "billing_tick_interval"]
 

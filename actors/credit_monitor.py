@@ -9,12 +9,12 @@ makes every decision.
 
 from __future__ import annotations
 
+from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor
 from actors.tenant_credit import TenantCredit
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher
 from runtime.router import Router, tenant_address
-from sidecar.config import SchedulerSettings
 
 __all__ = ["CreditMonitorActor"]
 

@@ -31,6 +31,7 @@ from typing import Any, Iterable
 
 from actors.effects import Effect, Note, Retire, Send, Spawn
 from actors.lease_reads import LeaseReads
+from actors.scheduler_settings import SchedulerSettings
 from messages.chain import Lease, LeaseSettled
 from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
 from messages.coins import format_coins
@@ -56,7 +57,6 @@ from messages.scheduler import (
 )
 from runtime.clock import EPOCH
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, tenant_address
-from sidecar.config import SchedulerSettings
 
 __all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake"]
 

@@ -15,11 +15,11 @@ import pykka
 from actors.credit_monitor import CreditMonitorActor
 from actors.effects import Effect, Retire, Spawn
 from actors.schedule import SchedulerDecisions
+from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor, start_actor
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher
 from runtime.router import SCHEDULER, Router, tenant_address
-from sidecar.config import SchedulerSettings
 
 __all__ = ["SchedulerActor"]
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from actors.depletion import BURN_RATE, CHAIN_ESTIMATE, Seconds, burn_seconds, chain_seconds, estimate_at, sooner
 from actors.effects import Effect, Note, Send
+from actors.scheduler_settings import SchedulerSettings
 from messages.chain import CreditEstimate, Lease
 from messages.coins import Coin, coins, coins_to_dict, format_coins
 from messages.credit import (
@@ -50,7 +51,6 @@ from messages.credit import (
 from messages.ledger import TenantForgotten, TenantStateChanged
 from messages.scheduler import TenantChecked
 from runtime.router import CHAIN, LEDGER, SCHEDULER
-from sidecar.config import SchedulerSettings
 
 __all__ = ["TenantCredit"]
 

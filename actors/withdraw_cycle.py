@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from actors.scheduler_settings import SchedulerSettings
 from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
 from messages.coins import Coin, add_coins, format_coins
@@ -33,7 +34,6 @@ from messages.ledger import SettlementsRecorded, WithdrawalRecorded
 from messages.scheduler import WithdrawFinished
 from actors.effects import Effect, Note, Send
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
-from sidecar.config import SchedulerSettings
 
 __all__ = ["WithdrawCycle", "backoff_delay", "page_to_ledger"]
 

@@ -61,9 +61,10 @@ from typing import Any  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
 from runtime.clock import ManualClock, RealClock, utc  # noqa: E402
-from sidecar.config import load_config  # noqa: E402
+from runtime.config import load_config  # noqa: E402
 from runtime.memory import tune_gc  # noqa: E402
 from sidecar.runner import build  # noqa: E402
+import sidecar.settings  # noqa: E402,F401  (every section registered, before load_config)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import event_intake  # noqa: E402  (the devnet websocket process, and the listener to a counting actor)

@@ -64,9 +64,10 @@ from messages.coins import Coin  # noqa: E402
 from replay.config import replay_config  # noqa: E402
 from replay.engine import Divergence, Replayer, _collect_less, is_replayed, replayed_for  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
+from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ManualDispatcher  # noqa: E402
 from sidecar.app import Sidecar  # noqa: E402
-from sidecar.config import load_config  # noqa: E402
+import sidecar.settings  # noqa: E402,F401  (every section registered, before load_config)
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 TENANTS = 300

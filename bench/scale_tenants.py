@@ -45,11 +45,12 @@ from chain.model_client import ModelChainClient  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
+from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ThreadedDispatcher  # noqa: E402
 from runtime.router import Router, tenant_address  # noqa: E402
 from sidecar.app import Sidecar  # noqa: E402
+import sidecar.settings  # noqa: E402,F401  (every section registered, before load_config)
 from runtime.memory import tune_gc  # noqa: E402
-from sidecar.config import load_config  # noqa: E402
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sidecar.config import section, setting
+from runtime.config import section, setting
 
 __all__ = ["CaptureSettings", "FLUSH_POLICIES"]
 

@@ -68,8 +68,8 @@ from capture.format import (
 from capture.settings import CaptureSettings
 from capture.wire import CaptureEncoder, opaque
 from messages.codec import CodecError
+from runtime.config import format_duration
 from runtime.dispatch import Delivery
-from sidecar.config import format_duration
 
 __all__ = ["CaptureWriter", "sidecar_version", "effective_config"]
 
@@ -134,7 +134,7 @@ def sidecar_version() -> str:
 
 
 def _exact_duration(value: timedelta) -> str:
-    """A duration text ``sidecar.config.parse_duration`` reads back exactly."""
+    """A duration text ``runtime.config.parse_duration`` reads back exactly."""
     micros = value // timedelta(microseconds=1)
     if micros % 1_000_000 == 0:
         return format_duration(value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
-from sidecar.config import section, setting
+from runtime.config import section, setting
 
 __all__ = ["NodeSettings"]
 

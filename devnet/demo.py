@@ -27,10 +27,10 @@ from datetime import timedelta
 from chain.errors import ChainError
 from chain.faults import Faults
 from chain.model import BillingModel
+from devnet.demo_settings import DemoSettings
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import Clock, TimerHandle
-from sidecar.settings import DemoSettings
 
 __all__ = ["DemoWorld", "demo_address", "OTHER_PROVIDER_UUID", "PROVIDER_ADDRESS", "OTHER_PROVIDER_ADDRESS"]
 

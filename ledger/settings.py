@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from sidecar.config import section, setting
+from runtime.config import section, setting
 
 __all__ = ["LedgerSettings", "resolve_ledger_path", "embedded_ledger_path"]
 

@@ -35,7 +35,7 @@ from capture.reader import CaptureReader
 from replay import describe
 from replay.config import merge_overrides
 from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
-from sidecar.config import Config, ConfigError, parse_duration
+from runtime.config import Config, ConfigError, parse_duration
 
 __all__ = ["add_command", "run_replay", "EXIT_DIVERGED", "EXIT_BAD_LOGS"]
 

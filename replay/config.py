@@ -18,7 +18,7 @@ import dataclasses
 import tomllib
 from typing import Any
 
-from sidecar.config import Config, ConfigError, load_config, sections
+from runtime.config import Config, ConfigError, load_config, sections
 
 __all__ = ["replay_config", "parse_assignment", "merge_overrides"]
 

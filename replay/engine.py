@@ -61,8 +61,8 @@ from capture.reader import Batch, Entry
 from capture.writer import effective_config
 from replay import describe
 from replay.config import replay_config
+from runtime.config import Config
 from runtime.router import tenant_address
-from sidecar.config import Config
 
 __all__ = [
     "ReplayError",

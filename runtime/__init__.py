@@ -1,1 +1,1 @@
-"""The actor runtime: the injected clock, pooled pykka actors, addresses."""
+"""The bottom layer: the injected clock, pooled pykka actors, addresses, and the config loader."""

@@ -28,6 +28,7 @@ import pykka
 from actors.chain_actor import ChainActor
 from actors.chain_io import ChainIO, Executor, InlineExecutor, pool
 from actors.scheduler import SchedulerActor
+from actors.scheduler_settings import SchedulerSettings
 from actors.shell import start_actor
 from chain.client import ChainClient
 from chain.events import lease_events_from_tx
@@ -48,7 +49,6 @@ from messages.scheduler import (
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, ManualDispatcher, sending_as
 from runtime.router import CHAIN, LISTENER, SCHEDULER, Router
-from sidecar.config import SchedulerSettings
 
 __all__ = ["Sidecar", "ModelEventFeed"]
 

@@ -32,9 +32,9 @@ from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from devnet.demo import PROVIDER_ADDRESS, DemoWorld
 from runtime.clock import Clock
+from runtime.config import Config
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
 from sidecar.app import ModelEventFeed, Sidecar
-from sidecar.config import Config
 
 __all__ = ["Running", "build"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pykka
 import pytest
 
+import sidecar.settings  # noqa: F401  (every section registered: the tests load config as run.py does)
 from runtime.clock import ManualClock, utc
 
 

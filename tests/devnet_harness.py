@@ -20,8 +20,8 @@ from devnet.embedded import Devnet, start_devnet
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
+from runtime.config import Config, load_config
 from tests.support import eventually
-from sidecar.config import Config, load_config
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 OTHER_PROVIDER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"

@@ -6,15 +6,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from actors.scheduler_settings import SchedulerSettings
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock
+from runtime.config import load_config
 from runtime.dispatch import Dispatcher, ManualDispatcher, PooledActor
 from runtime.router import Router
 from sidecar.app import ModelEventFeed, Sidecar
-from sidecar.config import SchedulerSettings, load_config
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 PROVIDER_ADDRESS = "manifest1provider"

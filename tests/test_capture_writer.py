@@ -22,9 +22,9 @@ from messages.coins import Coin
 from messages.credit import CreditRead
 from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
+from runtime.config import ConfigError, load_config
 from runtime.dispatch import Delivery, ManualDispatcher, PooledActor
 from replay.engine import Divergence, Replayer, RunBegins
-from sidecar.config import ConfigError, load_config
 from tests.support import eventually
 
 

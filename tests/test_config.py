@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import ConfigError, load_config, parse_duration
+from runtime.config import ConfigError, load_config, parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +62,7 @@ def test_durations() -> None:
 
 
 def test_durations_print_back_exactly() -> None:
-    from sidecar.config import format_duration
+    from runtime.config import format_duration
 
     for text in ("1h30m", "200ms", "1s500ms", "2d", "0s"):
         assert format_duration(parse_duration(text)) == text

@@ -21,7 +21,7 @@ from messages.coins import Coin
 from messages.lease_events import LeaseEvent
 from messages.ledger import LeaseEventRecorded, LeasesReconciled, LeaseSettled
 from runtime.clock import utc
-from sidecar.config import load_config
+from runtime.config import load_config
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 ALICE, BOB = "manifest1alice", "manifest1bob"

@@ -32,9 +32,9 @@ from ledger.store import Ledger
 from messages.chain import LeaseItem, WithdrawPage
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
+from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
 from sidecar.app import ModelEventFeed, Sidecar
-from sidecar.config import load_config
 from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, item
 
 RICH, POOR, SHARED = "manifest1rich", "manifest1poor", "manifest1shared"

@@ -25,10 +25,10 @@ from messages.chain import LeaseItem, NodeStatus
 from messages.coins import Coin
 from messages.scheduler import LeaseEventReceived, Reconcile
 from runtime.clock import ManualClock, utc
+from runtime.config import ConfigError, load_config
 from runtime.dispatch import Delivery, PooledActor, ThreadedDispatcher
 from runtime.router import SCHEDULER, Router
 from tests.support import eventually as wait_until
-from sidecar.config import ConfigError, load_config
 
 P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
 OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"

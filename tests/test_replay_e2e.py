@@ -35,9 +35,9 @@ from messages.scheduler import Reconcile
 from replay.cli import run_replay
 from replay.engine import Divergence, Replayer, RunEnds
 from runtime.clock import ManualClock, utc
+from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
 from sidecar.app import Sidecar
-from sidecar.config import load_config
 
 PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"  # [provider] uuid's default: the captured config names it
 OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"

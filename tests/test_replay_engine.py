@@ -327,7 +327,7 @@ def test_a_run_without_its_start_needs_a_configuration(tmp_path):
         entries.append(e)
     with pytest.raises(ReplayError, match="no start record"):
         list(Replayer(toy_builder()).replay(entries))
-    from sidecar.config import load_config
+    from runtime.config import load_config
 
     events = list(Replayer(toy_builder(), config=load_config()).replay(entries))
     assert not [e for e in events if isinstance(e, Divergence)]

@@ -13,6 +13,16 @@ how a value is read:
 A bad value fails at start with ``config.toml: [scheduler] withdraw_interval:
 expected ...``. An unknown key or section is an error too: a typo must not
 silently fall back to a default on real money.
+
+Why here, at the bottom: every part declares its own section beside its
+code (``[scheduler]`` in ``actors/``, ``[node]`` in ``chain/``, ...), so
+every layer needs ``section`` and ``setting``. This module imports nothing
+of the project, and so any layer may import it.
+
+Which sections exist is not known here: ``load_config`` and ``sections``
+work on whatever has registered so far. The wiring (``sidecar.settings``)
+imports every module that declares one; a program loads its configuration
+after importing it, so it sees every section.
 """
 
 from __future__ import annotations
@@ -33,11 +43,14 @@ __all__ = [
     "load_config",
     "parse_duration",
     "format_duration",
-    "SchedulerSettings",
+    "build_section",
+    "sections",
 ]
 
 T = TypeVar("T")
 
+#: Filled by ``@section`` as the modules that declare sections are imported;
+#: nothing here imports them (the wiring does).
 _SECTIONS: dict[str, type] = {}
 
 
@@ -46,6 +59,8 @@ class ConfigError(ValueError):
 
 
 def section(name: str) -> Callable[[type[T]], type[T]]:
+    """Register the decorated dataclass as ``[name]``, for every ``load_config`` from now on."""
+
     def register(cls: type[T]) -> type[T]:
         _SECTIONS[name] = cls
         cls.SECTION = name  # type: ignore[attr-defined]
@@ -191,8 +206,7 @@ class Config:
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
-    """Read ``path`` (or only defaults), apply ``overrides``, validate everything."""
-    _import_sections()
+    """Read ``path`` (or only defaults), apply ``overrides``, validate every registered section."""
     raw: dict[str, Any] = {}
     source = "<defaults>"
     if path is not None:
@@ -218,58 +232,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, A
     return Config(sections, source)
 
 
-def _import_sections() -> None:
-    """Import the modules that register sections (kept here so one list shows them all)."""
-    import sidecar.settings  # noqa: F401
-
-
 def sections() -> dict[str, type]:
-    _import_sections()
+    """The sections registered so far, by name."""
     return dict(_SECTIONS)
-
-
-# The scheduler's section lives here because every other part reads it.
-@section("scheduler")
-@dataclass(frozen=True)
-class SchedulerSettings:
-    """The withdraw scheduler seed's settings, under its names, with its defaults."""
-
-    withdraw_interval: timedelta = setting(
-        timedelta(hours=1), "paid-withdraw cadence", min=timedelta(seconds=1)
-    )
-    credit_check_interval: timedelta = setting(
-        timedelta(0), "credit-check / wake cadence; 0 means equal to withdraw_interval"
-    )
-    max_withdraw_iterations: int = setting(100, "pages of MsgWithdraw per cycle at most", min=1, max=100_000)
-    credit_check_error_threshold: int = setting(
-        3, "failed credit reads in a row before an early re-check", min=1
-    )
-    credit_check_retry_interval: timedelta = setting(
-        timedelta(seconds=30), "delay of an early re-check", min=timedelta(seconds=1)
-    )
-    credit_check_zero_grace_period: timedelta = setting(
-        timedelta(minutes=5), "how long a balance must stay zero before its leases are closed"
-    )
-    depletion_check_buffer: timedelta = setting(
-        timedelta(seconds=10), "wake this long before an estimated depletion"
-    )
-    max_retries: int = setting(3, "tries of a transient chain error (first try included)", min=1, max=20)
-    initial_backoff: timedelta = setting(timedelta(seconds=1), "first retry delay, doubled each try")
-    max_backoff: timedelta = setting(timedelta(seconds=10), "retry delay cap")
-    max_queries_in_flight: int = setting(32, "credit reads in flight at once", min=1, max=1024)
-    cycle_timeout: timedelta = setting(
-        timedelta(minutes=5), "a cycle whose tenants have not all answered by then is closed out",
-        min=timedelta(seconds=1),
-    )
-    closure_reason: str = setting("credit depleted", "reason put on MsgCloseLease")
-    max_node_lag: timedelta = setting(
-        timedelta(minutes=2), "a node whose latest block is older than this is treated as syncing"
-    )
-
-    def validate(self) -> None:
-        if self.max_backoff < self.initial_backoff:
-            raise ValueError("max_backoff must not be shorter than initial_backoff")
-
-    @property
-    def check_interval(self) -> timedelta:
-        return self.credit_check_interval or self.withdraw_interval

@@ -1,0 +1,41 @@
+"""``[provider]`` and ``[chain]``: who the sidecar is, and on which chain.
+
+The provider UUID is what the sidecar withdraws for, subscribes to and
+keeps books under; the chain's mode picks the chain it talks to (the
+in-process model, the embedded devnet or a real node) and its id is what
+transactions are signed for. Both are facts about the chain, so they sit in
+``chain/``, below every part that reads them (actors, ledger, devnet).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from runtime.config import section, setting
+
+__all__ = ["ProviderSettings", "ChainSettings", "UUID_RE"]
+
+#: Provider UUIDs are interpolated into websocket queries: only this shape passes.
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+@section("provider")
+@dataclass(frozen=True)
+class ProviderSettings:
+    uuid: str = setting("0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10", "our provider UUID (its account is the signing key's)")
+
+    def validate(self) -> None:
+        if not UUID_RE.match(self.uuid):
+            raise ValueError(f"uuid: {self.uuid!r} is not a lowercase UUID")
+
+
+@section("chain")
+@dataclass(frozen=True)
+class ChainSettings:
+    mode: str = setting(
+        "model",
+        "model: in-process chain model; devnet: embedded devnet over gRPC+websocket; node: a real node",
+        choices=("model", "devnet", "node"),
+    )
+    chain_id: str = setting("leasewarden-devnet", "chain id transactions are signed for")

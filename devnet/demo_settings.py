@@ -1,0 +1,32 @@
+"""``[demo]``: the demo world's tenants, the other provider, and the clock's speed.
+
+Read by ``devnet.demo.DemoWorld`` (its tenants, leases and the other
+provider) and by ``run.py`` (the clock's speed). A module of its own, beside
+the world it describes, so that loading the configuration does not import
+the world itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from runtime.config import section, setting
+
+__all__ = ["DemoSettings"]
+
+
+@section("demo")
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo world the embedded chain is seeded with (model and devnet modes)."""
+
+    speed: float = setting(60.0, "simulated seconds per real second", min=0.001, max=100_000.0)
+    healthy_tenants: int = setting(4, "tenants with plenty of credit", min=0)
+    draining_tenants: int = setting(2, "tenants that run dry within simulated minutes", min=0)
+    failing_tenants: int = setting(1, "tenants whose credit reads fail", min=0)
+    leases_per_tenant: int = setting(2, "our leases per tenant", min=1, max=1000)
+    other_provider_interval: timedelta = setting(
+        timedelta(minutes=10), "how often another provider withdraws from shared tenants; 0: never"
+    )
+    seed: int = setting(7, "random seed of the demo world")
