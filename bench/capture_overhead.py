@@ -82,7 +82,7 @@ EVENT_FLOOD = 20_000
 EVENT_FLOODS = 5
 #: Tenants (two leases each) of the devnet in the node part.
 NODE_TENANTS = 200
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 
 
 Trial = Any  # (events/s, events per CPU second, the capture writer or None)

@@ -42,7 +42,7 @@ from sidecar.app import Sidecar  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before load_config)
 from runtime.memory import tune_gc  # noqa: E402
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 
 
 def main() -> int:

@@ -56,8 +56,8 @@ from messages.scheduler import LeaseEventReceived, Reconcile  # noqa: E402
 from runtime.dispatch import PooledActor, ThreadedDispatcher  # noqa: E402
 from runtime.router import SCHEDULER, Router  # noqa: E402
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER = "019bbef3-b000-73ca-8297-85d4d17d0ec4"
 #: Offered lease events/s of the ramp, and how long each step lasts.
 RAMP = (1_000, 2_500, 5_000, 7_500, 10_000, 15_000, 20_000, 30_000)
 STEP_SECONDS = 3.0

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ledger.periods import Month, to_us  # noqa: E402
 from ledger.store import Ledger  # noqa: E402
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 MONTH = Month(2026, 3)
 TARGET_S = 10.0
 

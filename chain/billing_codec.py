@@ -104,16 +104,30 @@ def lease_from_proto(p: types_pb2.Lease) -> Lease:
         last_settled_at=time_from_proto(p.last_settled_at, p.HasField("last_settled_at")),
         closed_at=time_from_proto(p.closed_at, p.HasField("closed_at")),
         closure_reason=p.closure_reason,
+        min_lease_duration_at_creation=p.min_lease_duration_at_creation,
+        # Field 16 exists on the current chain only, on every lease it returns.
+        reservation=coins_from_proto(p.reservation.remaining_amounts) if p.HasField("reservation") else None,
     )
 
 
-def lease_to_proto(lease: Lease) -> types_pb2.Lease:
+def lease_to_proto(
+    lease: Lease,
+    *,
+    rejected_at: datetime | None = None,
+    rejection_reason: str = "",
+    expired_at: datetime | None = None,
+    meta_hash: bytes = b"",
+) -> types_pb2.Lease:
+    """A lease on the wire; ``reservation`` is written when the lease has one (current chain)."""
     p = types_pb2.Lease(
         uuid=lease.uuid,
         tenant=lease.tenant,
         provider_uuid=lease.provider_uuid,
         state=lease_state_value(lease.state),
         closure_reason=lease.closure_reason,
+        rejection_reason=rejection_reason,
+        meta_hash=meta_hash,
+        min_lease_duration_at_creation=lease.min_lease_duration_at_creation,
         items=[
             types_pb2.LeaseItem(
                 sku_uuid=i.sku_uuid,
@@ -127,6 +141,13 @@ def lease_to_proto(lease: Lease) -> types_pb2.Lease:
         value = getattr(lease, name)
         if value is not None:
             getattr(p, name).CopyFrom(time_to_proto(value))
+    if rejected_at is not None:
+        p.rejected_at.CopyFrom(time_to_proto(rejected_at))
+    if expired_at is not None:
+        p.expired_at.CopyFrom(time_to_proto(expired_at))
+    if lease.reservation is not None:
+        p.reservation.SetInParent()
+        p.reservation.remaining_amounts.extend(coins_to_proto(lease.reservation))
     return p
 
 
@@ -137,18 +158,28 @@ def credit_account_from_proto(tenant: str, r: query_pb2.QueryCreditAccountRespon
         balances=coins_from_proto(r.balances),
         active_lease_count=acct.active_lease_count,
         pending_lease_count=acct.pending_lease_count,
+        credit_address=acct.credit_address,
+        reserved_amounts=coins_from_proto(acct.reserved_amounts),
+        unattributed_reserved_amounts=coins_from_proto(acct.unattributed_reserved_amounts),
+        unattributed_lease_count=acct.unattributed_lease_count,
+        available_balances=coins_from_proto(r.available_balances),
     )
 
 
 def credit_account_to_proto(account: CreditAccount) -> query_pb2.QueryCreditAccountResponse:
+    """A ``CreditAccount`` answer; fields 6-7 and pagination are the caller's to add or leave out."""
     return query_pb2.QueryCreditAccountResponse(
         credit_account=types_pb2.CreditAccount(
             tenant=account.tenant,
-            credit_address=account.tenant,
+            credit_address=account.credit_address,
             active_lease_count=account.active_lease_count,
             pending_lease_count=account.pending_lease_count,
+            reserved_amounts=coins_to_proto(account.reserved_amounts),
+            unattributed_reserved_amounts=coins_to_proto(account.unattributed_reserved_amounts),
+            unattributed_lease_count=account.unattributed_lease_count,
         ),
         balances=coins_to_proto(account.balances),
+        available_balances=coins_to_proto(account.available_balances),
     )
 
 

@@ -75,7 +75,7 @@ from chain.errors import (
 )
 from chain.keys import ProviderKey, load_provider_key
 from chain.model import MAX_BATCH_LEASE_SIZE
-from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, classify_text, expected_sequence
+from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, TRANSPORT_STATUS_NAMES, expected_sequence, status_error
 from chain.settlements import settlements_in_tx
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
@@ -92,17 +92,8 @@ __all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES", "parse_block
 
 log = logging.getLogger(__name__)
 
-#: gRPC statuses that say nothing about the request itself: the node was
-#: unreachable, overloaded or too slow. Always transient.
-TRANSPORT_STATUSES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.CANCELLED,
-    }
-)
+#: The transport statuses (``chain.sdk_errors.TRANSPORT_STATUS_NAMES``) as gRPC codes.
+TRANSPORT_STATUSES = frozenset(getattr(grpc.StatusCode, name) for name in TRANSPORT_STATUS_NAMES)
 
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
@@ -143,20 +134,9 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     """A failed gRPC call as a ``ChainError``: transport or the node's (codespace, code)."""
     status = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else "") or ""
-    if status in TRANSPORT_STATUSES or status is None:
-        name = status.name if status is not None else "transport error"
-        return ChainError.transport(f"{operation}: {name}: {details}".rstrip(": "), may_have_committed=may_have_committed)
-    found = classify_text(details)
-    if found is not None:
-        codespace, code = found
-        return ChainError(f"{operation}: {details}", codespace=codespace, code=code, may_have_committed=may_have_committed)
-    return ChainError(
-        f"{operation}: gRPC {status.name}: {details}",
-        codespace="grpc",
-        code=status.value[0],
-        transient=False,
-        may_have_committed=may_have_committed,
-    )
+    if status is None:
+        return ChainError.transport(f"{operation}: transport error: {details}".rstrip(": "), may_have_committed=may_have_committed)
+    return status_error(operation, status.name, details, may_have_committed=may_have_committed)
 
 
 def parse_block_time(text: str) -> datetime | None:
@@ -385,6 +365,7 @@ class CosmpyChainClient:
                 next_key=bytes(r.next_key),
                 payout_address=r.payout_address,
                 settlements=self._settlements(op, included, provider_uuid=provider_uuid),
+                failed_lease_uuids=tuple(r.failed_lease_uuids),
             ),
         )
 

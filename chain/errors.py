@@ -33,15 +33,28 @@ __all__ = [
 BILLING = "billing"
 SDK = "sdk"
 
-# liftedinit.billing.v1 module errors (codespace "billing").
+# liftedinit.billing.v1 module errors (codespace "billing"; CHAIN-VERSIONS.md 4).
 LEASE_NOT_FOUND = 2
 LEASE_NOT_ACTIVE = 3
 INSUFFICIENT_CREDIT = 4
+MAX_LEASES_REACHED = 5
 UNAUTHORIZED = 6
 CREDIT_ACCOUNT_NOT_FOUND = 8
+INVALID_LEASE = 9
+PROVIDER_NOT_FOUND = 12
+PROVIDER_NOT_ACTIVE = 13
 NO_WITHDRAWABLE = 15
+EMPTY_LEASE_ITEMS = 16
+INVALID_QUANTITY = 17
+INVALID_CREDIT_OPERATION = 19
+LEASE_NOT_PENDING = 22
+MAX_PENDING_LEASES_REACHED = 23
+INVALID_REJECTION_REASON = 24
 INVALID_REQUEST = 25
 INVALID_CLOSURE_REASON = 26
+ACK_DEADLINE_EXCEEDED = 34
+RESERVATION_INVARIANT = 36
+LEASE_QUERY_LIMIT_EXCEEDED = 37
 
 # Cosmos SDK errors (codespace "sdk").
 SDK_UNAUTHORIZED = 4
@@ -57,6 +70,24 @@ _TRANSIENT = {
     (SDK, SDK_TX_IN_MEMPOOL),
     (SDK, SDK_OUT_OF_GAS),
 }
+
+
+class QueryRefused(Exception):
+    """A query the chain answered with a gRPC status instead of a value.
+
+    The billing querier never answers module codes: it sets a status
+    (``NOT_FOUND``, ``INVALID_ARGUMENT``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``;
+    CHAIN-VERSIONS.md 4) with a message. ``status`` is the ``grpc.StatusCode``
+    name, so this module needs no gRPC import.
+    """
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.message}"
 
 
 class ChainError(Exception):
@@ -125,4 +156,4 @@ def is_lease_gone(failure: ChainFailure) -> bool:
     return failure.codespace == BILLING and failure.code in (LEASE_NOT_FOUND, LEASE_NOT_ACTIVE)
 
 
-__all__ += ["failure_from", "BILLING", "SDK"]
+__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused"]

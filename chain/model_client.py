@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 from chain.faults import Faults
 from chain.model import MAX_BATCH_LEASE_SIZE, BillingModel, TxEvents
-from chain.errors import ChainError, INVALID_REQUEST
+from chain.errors import INVALID_LEASE, ChainError, QueryRefused
+from chain.sdk_errors import status_error
 from chain.settlements import settlements_in_tx
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
@@ -89,12 +90,20 @@ class ModelChainClient:
         stale = self.faults.before(operation, subject if isinstance(subject, str) else "")
         if not stale:
             self._last.clear()
-            return fn()
+            return self._answer(operation, subject, fn)
         # Stale: the first answer after staleness began, again and again.
         key = (operation, subject)
         if key not in self._last:
-            self._last[key] = fn()
+            self._last[key] = self._answer(operation, subject, fn)
         return self._last[key]
+
+    @staticmethod
+    def _answer(operation: str, subject: Any, fn: Callable[[], Any]) -> Any:
+        """``fn()``; a query the chain refuses with a gRPC status fails as it does over gRPC."""
+        try:
+            return fn()
+        except QueryRefused as exc:
+            raise status_error(f"{operation} {subject}", exc.status, exc.message) from None
 
     def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]:
         return self._call(
@@ -124,6 +133,7 @@ class ModelChainClient:
                 next_key=r.next_key,
                 payout_address=r.payout_address,
                 settlements=settled,
+                failed_lease_uuids=r.failed_lease_uuids,
             )
             _keep(self._pages, tx_hash, page)
             if signed is not None:
@@ -145,14 +155,14 @@ class ModelChainClient:
         return self._call("lease", lease_uuid, lambda: self.model.lease(lease_uuid))
 
     def credit_account(self, tenant: str) -> CreditAccount:
-        return self._call("credit_account", tenant, lambda: self.model.credit_account(tenant))
+        return self._call("credit_account", tenant, lambda: self.model.credit_account(tenant)[0])
 
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         return self._call("credit_estimate", tenant, lambda: self.model.credit_estimate(tenant))
 
     def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
         if len(lease_uuids) > MAX_BATCH_LEASE_SIZE:
-            raise ChainError.billing(INVALID_REQUEST, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
+            raise ChainError.billing(INVALID_LEASE, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
 
         def send() -> CloseOutcome:
             r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))

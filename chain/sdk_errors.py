@@ -10,8 +10,9 @@ CHAIN.md lists, in one table, so that
 - the devnet words its errors exactly as a node would (``describe``), and
 - the client recovers the code from such text (``classify_text``).
 
-The ``billing`` descriptions are **(assumed)**: CHAIN.md gives the codes,
-not their wording. The ``sdk`` ones are the SDK's ``types/errors`` names.
+The ``billing`` descriptions are ``x/billing/types/errors.go``'s, as
+CHAIN-VERSIONS.md 4 lists them. The ``sdk`` ones are the SDK's
+``types/errors`` names.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "describe",
     "classify_text",
     "expected_sequence",
+    "status_error",
 ]
 
 # SDK codes the devnet answers besides those in chain.errors.
@@ -62,15 +64,49 @@ DESCRIPTIONS: dict[tuple[str, int], str] = {
     (SDK, 18): "invalid request",
     (SDK, 19): "tx already in mempool",
     (SDK, 32): "incorrect account sequence",
-    # liftedinit.billing.v1 (assumed wording).
+    # liftedinit.billing.v1, x/billing/types/errors.go (CHAIN-VERSIONS.md 4).
+    (BILLING, 1): "invalid params",
     (BILLING, 2): "lease not found",
     (BILLING, 3): "lease not active",
-    (BILLING, 4): "insufficient credit",
+    (BILLING, 4): "insufficient credit balance",
+    (BILLING, 5): "maximum leases per tenant reached",
     (BILLING, 6): "unauthorized",
+    (BILLING, 7): "reserved",
     (BILLING, 8): "credit account not found",
+    (BILLING, 9): "invalid lease",
+    (BILLING, 10): "sku not found",
+    (BILLING, 11): "sku not active",
+    (BILLING, 12): "provider not found",
+    (BILLING, 13): "provider not active",
+    (BILLING, 14): "all SKUs in a lease must belong to the same provider",
     (BILLING, 15): "no withdrawable amount",
+    (BILLING, 16): "lease must contain at least one item",
+    (BILLING, 17): "quantity must be greater than zero",
+    (BILLING, 18): "duplicate sku in lease items",
+    (BILLING, 19): "invalid credit operation",
+    (BILLING, 20): "billing arithmetic overflow",
+    (BILLING, 21): "too many items in lease",
+    (BILLING, 22): "lease not in pending state",
+    (BILLING, 23): "maximum pending leases per tenant reached",
+    (BILLING, 24): "invalid rejection reason",
     (BILLING, 25): "invalid request",
     (BILLING, 26): "invalid closure reason",
+    (BILLING, 27): "invalid meta hash",
+    (BILLING, 28): "invalid service name",
+    (BILLING, 29): "invalid custom domain",
+    (BILLING, 30): "custom domain already claimed",
+    (BILLING, 31): "lease state does not allow custom_domain edit",
+    (BILLING, 32): "lease item not found",
+    (BILLING, 33): "lease item lookup is ambiguous",
+    (BILLING, 34): "lease acknowledgement deadline exceeded",
+    (BILLING, 35): "lease acknowledgement active cap exceeded",
+    (BILLING, 36): "billing reservation invariant violated",
+    (BILLING, 37): "tenant lease query limit exceeded",
+    (BILLING, 38): "credit account reservation denomination limit exceeded",
+    (BILLING, 39): "lease UUID sequence exhausted",
+    (BILLING, 40): "stored record cannot be decoded",
+    # 20 reads "reserved" on v2.1.0; 39 and 40 are the current chain's and
+    # their exact wording was not seen (CHAIN-VERSIONS.md 4): assumed.
 }
 
 #: What a node prefixes to an error raised by a message handler (not the ante handler).
@@ -107,6 +143,43 @@ def classify_text(text: str) -> tuple[str, int] | None:
         if best is None or rank > best[0]:
             best = (rank, key)
     return best[1] if best else None
+
+
+def status_error(operation: str, status: str, details: str, *, may_have_committed: bool = False):
+    """A query or call answered with gRPC status ``status`` (its ``StatusCode`` name) and text ``details``.
+
+    Statuses that say nothing about the request (unavailable, deadline,
+    exhausted, aborted, cancelled) are transport errors, transient. Any
+    other is read for a registered error's description; failing that it is
+    filed under codespace ``grpc`` with the status's name.
+    """
+    from chain.errors import ChainError
+
+    if status in TRANSPORT_STATUS_NAMES:
+        return ChainError.transport(f"{operation}: {status}: {details}".rstrip(": "), may_have_committed=may_have_committed)
+    found = classify_text(details)
+    if found is not None:
+        codespace, code = found
+        return ChainError(f"{operation}: {details}", codespace=codespace, code=code, may_have_committed=may_have_committed)
+    return ChainError(
+        f"{operation}: gRPC {status}: {details}",
+        codespace="grpc",
+        code=GRPC_STATUS_CODES.get(status, 2),
+        transient=False,
+        may_have_committed=may_have_committed,
+    )
+
+
+#: gRPC statuses that say nothing about the request itself: the node was
+#: unreachable, overloaded or too slow. Always transient.
+TRANSPORT_STATUS_NAMES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED"})
+#: gRPC status names and their numbers (grpc/status.h).
+GRPC_STATUS_CODES = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+    "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
+    "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}
 
 
 def expected_sequence(text: str) -> int | None:

@@ -23,7 +23,7 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 @section("provider")
 @dataclass(frozen=True)
 class ProviderSettings:
-    uuid: str = setting("0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10", "our provider UUID (its account is the signing key's)")
+    uuid: str = setting("019bbef3-b000-7001-b950-1b66216ca536", "our provider UUID (its account is the signing key's)")
 
     def validate(self) -> None:
         if not UUID_RE.match(self.uuid):

@@ -11,7 +11,19 @@ sharing tenants, and tenants of every kind the sidecar must handle:
 - the other provider withdrawing on its own schedule from shared tenants,
   which can exhaust them (our listener then triggers a withdrawal);
 - a new tenant opening a lease a few simulated minutes in (its monitor
-  starts at once, from the lease event).
+  starts at once, from the lease event), and a second one the provisioner
+  never acknowledges, which the chain expires at the end of a block
+  ``pending_timeout`` later (``lease_expired``);
+- a tenant whose own lease is exhausted while its balance stays above
+  zero: a PENDING lease it asked another provider for keeps part of the
+  credit reserved, which the current chain's settlement may not spend
+  (CHAIN-VERSIONS.md 2.6). On v2.1.0 nothing is isolated: the balance runs
+  to zero instead.
+
+Every lease reserves ``rate x min_lease_duration`` at creation (2.6), so a
+tenant's credit covers its reservations first; the shipped ``config.toml``
+sets a short ``min_lease_duration`` so that the draining tenants run dry
+within the demo's minutes.
 
 Everything is derived from ``DemoSettings.seed``, so two runs see the same world.
 """
@@ -24,6 +36,7 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 
+from chain.addresses import address_of, uuid7
 from chain.errors import ChainError
 from chain.faults import Faults
 from chain.model import BillingModel
@@ -36,16 +49,15 @@ __all__ = ["DemoWorld", "demo_address", "OTHER_PROVIDER_UUID", "PROVIDER_ADDRESS
 
 logger = logging.getLogger("leasewarden.demo")
 
-OTHER_PROVIDER_UUID = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
-PROVIDER_ADDRESS = "manifest1provider0000000000000000000000000"
-OTHER_PROVIDER_ADDRESS = "manifest1otherprovider00000000000000000000"
-_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-
 
 def demo_address(label: str) -> str:
-    """A stable manifest1... address for a demo account."""
-    digest = hashlib.sha256(label.encode()).digest()
-    return "manifest1" + "".join(_BECH32[b % 32] for b in digest[:38])
+    """A stable, valid ``manifest1...`` address for a demo account (20 bytes of a hash of ``label``)."""
+    return address_of(hashlib.sha256(label.encode()).digest()[:20])
+
+
+OTHER_PROVIDER_UUID = "019bbef3-b000-7002-bef5-ba743a73a80e"
+PROVIDER_ADDRESS = demo_address("demo/provider")
+OTHER_PROVIDER_ADDRESS = demo_address("demo/other provider")
 
 
 @dataclass
@@ -54,6 +66,8 @@ class DemoTenants:
     draining: list[str]
     failing: list[str]
     late: str
+    #: Exhausted while a PENDING lease elsewhere keeps credit reserved (current chain).
+    reserved: list[str]
 
 
 class DemoWorld:
@@ -74,11 +88,16 @@ class DemoWorld:
         self.provider_address = provider_address
         self._random = random.Random(settings.seed)
         self._timers: list[TimerHandle] = []
-        self.tenants = DemoTenants([], [], [], demo_address(f"{settings.seed}/late"))
+        self.tenants = DemoTenants([], [], [], demo_address(f"{settings.seed}/late"), [])
 
     def _items(self, price: int) -> list[LeaseItem]:
-        sku = f"sku-{self._random.randrange(1, 5)}"
+        sku = uuid7(self.clock.now(), self._random.randrange(1, 5), "demo/sku")
         return [LeaseItem(sku, self._random.randrange(1, 4), Coin("umfx", price))]
+
+    def _reservation(self, items: list[list[LeaseItem]]) -> int:
+        """What creating leases of ``items`` reserves: their rate for ``min_lease_duration``."""
+        rate = sum(i.quantity * i.locked_price.amount for its in items for i in its)
+        return rate * self.model.params.min_lease_duration
 
     def seed(self) -> DemoTenants:
         s = self.settings
@@ -95,17 +114,29 @@ class DemoWorld:
         for i in range(s.draining_tenants):
             t = demo_address(f"{s.seed}/draining/{i}")
             items = [self._items(self._random.randrange(5, 20)) for _ in range(s.leases_per_tenant)]
+            other = self._items(5)
             rate = sum(it[0].quantity * it[0].locked_price.amount for it in items)
-            # Enough credit for 3 + 4*i simulated minutes of our leases alone;
-            # the other provider's lease makes it sooner.
-            m.fund_credit(t, [Coin("umfx", rate * 60 * (3 + 4 * i))])
+            # The reservations, then enough for 3 + 4*i simulated minutes of
+            # our leases alone; the other provider's lease makes it sooner.
+            m.fund_credit(t, [Coin("umfx", self._reservation(items + [other]) + rate * 60 * (3 + 4 * i))])
             for its in items:
                 m.create_lease(t, self.provider_uuid, its)
-            m.create_lease(t, OTHER_PROVIDER_UUID, self._items(5))
+            m.create_lease(t, OTHER_PROVIDER_UUID, other)
             self.tenants.draining.append(t)
+        for i in range(s.reserved_tenants):
+            t = demo_address(f"{s.seed}/reserved/{i}")
+            ours = self._items(self._random.randrange(5, 20))
+            elsewhere = self._items(50)
+            rate = ours[0].quantity * ours[0].locked_price.amount
+            m.fund_credit(t, [Coin("umfx", self._reservation([ours, elsewhere]) + rate * 60 * (4 + 2 * i))])
+            m.create_lease(t, self.provider_uuid, ours)
+            # Asked of the other provider, never acknowledged: its tranche stays
+            # reserved until the chain expires it.
+            m.create_lease(t, OTHER_PROVIDER_UUID, elsewhere, acknowledge=False)
+            self.tenants.reserved.append(t)
         for i in range(s.failing_tenants):
             t = demo_address(f"{s.seed}/failing/{i}")
-            m.fund_credit(t, [Coin("umfx", 10**10)])
+            m.fund_credit(t, [Coin("umfx", 10**12)])
             for _ in range(s.leases_per_tenant):
                 m.create_lease(t, self.provider_uuid, self._items(7))
             self.tenants.failing.append(t)
@@ -141,6 +172,8 @@ class DemoWorld:
         t = self.tenants.late
         self.model.fund_credit(t, [Coin("umfx", 10**9)])
         self.model.create_lease(t, self.provider_uuid, self._items(12))
+        # One the provisioner never gets to: PENDING until the chain expires it.
+        self.model.create_lease(t, self.provider_uuid, self._items(8), acknowledge=False)
 
     def stop(self) -> None:
         for t in self._timers:

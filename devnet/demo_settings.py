@@ -25,6 +25,9 @@ class DemoSettings:
     healthy_tenants: int = setting(4, "tenants with plenty of credit", min=0)
     draining_tenants: int = setting(2, "tenants that run dry within simulated minutes", min=0)
     failing_tenants: int = setting(1, "tenants whose credit reads fail", min=0)
+    reserved_tenants: int = setting(
+        1, "tenants exhausted while a pending lease elsewhere keeps credit reserved (current chain)", min=0
+    )
     leases_per_tenant: int = setting(2, "our leases per tenant", min=1, max=1000)
     other_provider_interval: timedelta = setting(
         timedelta(minutes=10), "how often another provider withdraws from shared tenants; 0: never"

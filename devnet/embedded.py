@@ -101,7 +101,7 @@ def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: b
         catching_up=settings.catching_up,
     )
     key = ProviderKey.generate("devnet provider")
-    node.add_account(key.address, fee_balance=settings.provider_funds)
+    node.add_account(key.address, fee_balance=settings.provider_funds, kind=settings.signer_account)
     _register_provider(model, config.provider.uuid, key.address)
 
     key_dir = Path(tempfile.mkdtemp(prefix="leasewarden-devnet-"))
@@ -134,6 +134,7 @@ def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: b
                 slow_client_queue=settings.ws_slow_client_queue,
                 drop_interval=settings.ws_drop_interval or None,
                 tx_bytes=node.tx_bytes,
+                tx_data=node.tx_data,
             )
             port = ws.start()
             websocket_url = f"ws://{settings.host}:{port}/websocket"

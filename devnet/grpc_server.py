@@ -4,17 +4,24 @@ Services (each unimplemented method answers UNIMPLEMENTED, as a node
 without that module would):
 
 - ``cosmos.auth.v1beta1.Query/Account``: the ``BaseAccount`` (number,
-  committed sequence); NOT_FOUND for an unknown address.
+  committed sequence), or a vesting account wrapping it when the devnet
+  gives the signer one (``[devnet] signer_account``); NOT_FOUND for an
+  unknown address.
+- ``cosmos.consensus.v1.Query/Params``: the block gas limit, which
+  cosmpy's default gas strategy reads.
 - ``cosmos.tx.v1beta1.Service``: ``Simulate`` (UNKNOWN with the node's
   error text on failure, as the SDK answers), ``BroadcastTx`` (sync: the
   CheckTx code in ``tx_response``), ``GetTx`` (NOT_FOUND until included).
 - ``cosmos.base.tendermint.v1beta1.Service``: ``GetLatestBlock`` (height,
   time, chain id), ``GetSyncing`` (``catching_up``) and ``GetNodeInfo``
   (the chain id as ``network``).
-- ``liftedinit.billing.v1.Query``: lease, leases by provider (paged by
-  ``PageRequest.key``/``limit``), credit account, provider withdrawable,
-  credit estimate; module errors as gRPC statuses whose text ends in the
-  registered description (``chain.sdk_errors``).
+- ``liftedinit.billing.v1.Query``: ``Lease``, ``LeasesByTenant``,
+  ``LeasesByProvider``, ``CreditAccount``, ``CreditAddress``,
+  ``WithdrawableAmount``, ``ProviderWithdrawable`` and ``CreditEstimate``,
+  each in the wire of the model's chain version (a v2.1.0 devnet sets no
+  field that version lacks, and reads ``limit`` where the current chain
+  reads ``pagination``); refusals as the gRPC statuses the chain's querier
+  sets (``chain.errors.QueryRefused``).
 
 ``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
 at random, the next N times, or always for given tenants with UNAVAILABLE
@@ -42,24 +49,25 @@ from chain.billing_codec import (
     time_to_proto,
 )
 from chain.billing_pb import query_pb2, query_pb2_grpc, types_pb2
-from chain.errors import BILLING, CREDIT_ACCOUNT_NOT_FOUND, INVALID_REQUEST, LEASE_NOT_FOUND, ChainError
-from chain.sdk_errors import describe
+from chain.errors import QueryRefused
+from chain.model import LeaseRecord, PageRequest
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
+from cosmpy.protos.cosmos.consensus.v1 import query_pb2 as consensus_query, query_pb2_grpc as consensus_grpc
+from cosmpy.protos.cosmos.vesting.v1beta1 import vesting_pb2
 from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1PubKey
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc, tx_pb2
 from cosmpy.protos.tendermint.p2p import types_pb2 as p2p_types
-from cosmpy.protos.tendermint.types import block_pb2 as tm_block, types_pb2 as tm_types
+from cosmpy.protos.tendermint.types import block_pb2 as tm_block, params_pb2 as tm_params, types_pb2 as tm_types
 from devnet.node import DevnetNode, TxRejected
 
 __all__ = ["DevnetGrpcServer", "GrpcFaults"]
 
-#: LeasesByProvider page size when the request gives none (the SDK's default).
-DEFAULT_PAGE_LIMIT = 100
-#: Largest page a query answers, whatever the request asks.
-MAX_PAGE_LIMIT = 1000
+#: ``block.max_gas`` of the consensus params: -1, CometBFT's "no limit",
+#: so cosmpy's gas estimate is never clipped.
+BLOCK_MAX_GAS = -1
 
 
 class GrpcFaults(grpc.ServerInterceptor):
@@ -150,21 +158,22 @@ def _subject(request) -> str:
     return ""
 
 
-def _abort_chain_error(context: grpc.ServicerContext, exc: ChainError) -> None:
-    if exc.codespace == BILLING and exc.code in (LEASE_NOT_FOUND, CREDIT_ACCOUNT_NOT_FOUND):
-        status = grpc.StatusCode.NOT_FOUND
-    elif exc.codespace == BILLING and exc.code == INVALID_REQUEST:
-        status = grpc.StatusCode.INVALID_ARGUMENT
-    else:
-        status = grpc.StatusCode.UNKNOWN
-    context.abort(status, describe(exc.codespace, exc.code, exc.message))
-
-
 def _model_call(context: grpc.ServicerContext, fn: Callable):
+    """A model query; its refusal as the gRPC status the chain's querier would set."""
     try:
         return fn()
-    except ChainError as exc:
-        _abort_chain_error(context, exc)
+    except QueryRefused as exc:
+        context.abort(getattr(grpc.StatusCode, exc.status), exc.message)
+
+
+def _page(request_page) -> PageRequest:
+    return PageRequest(
+        key=bytes(request_page.key),
+        offset=request_page.offset,
+        limit=request_page.limit,
+        count_total=request_page.count_total,
+        reverse=request_page.reverse,
+    )
 
 
 class _AuthQuery(auth_grpc.QueryServicer):
@@ -181,8 +190,32 @@ class _AuthQuery(auth_grpc.QueryServicer):
         if found.pubkey:  # set by the account's first included tx
             account.pub_key.Pack(Secp256k1PubKey(key=found.pubkey), type_url_prefix="/")
         packed = ProtoAny()
-        packed.Pack(account, type_url_prefix="/")
+        packed.Pack(_wrapped(account, found.kind), type_url_prefix="/")
         return auth_query.QueryAccountResponse(account=packed)
+
+
+def _wrapped(base: auth_pb2.BaseAccount, kind: str):
+    """The account as ``kind`` (``devnet.node.ACCOUNT_KINDS``): a vesting account wraps the base one."""
+    if kind == "base":
+        return base
+    vesting = vesting_pb2.BaseVestingAccount(base_account=base, end_time=2_000_000_000)
+    vesting.original_vesting.add(denom="umfx", amount="1000000")
+    if kind == "continuous_vesting":
+        return vesting_pb2.ContinuousVestingAccount(base_vesting_account=vesting, start_time=1_700_000_000)
+    if kind == "delayed_vesting":
+        return vesting_pb2.DelayedVestingAccount(base_vesting_account=vesting)
+    if kind == "periodic_vesting":
+        return vesting_pb2.PeriodicVestingAccount(base_vesting_account=vesting, start_time=1_700_000_000)
+    return vesting_pb2.PermanentLockedAccount(base_vesting_account=vesting)
+
+
+class _ConsensusQuery(consensus_grpc.QueryServicer):
+    """``cosmos.consensus.v1.Query/Params``: cosmpy's default gas path reads ``block.max_gas``."""
+
+    def Params(self, request, context):
+        return consensus_query.QueryParamsResponse(
+            params=tm_params.ConsensusParams(block=tm_params.BlockParams(max_bytes=22_020_096, max_gas=BLOCK_MAX_GAS))
+        )
 
 
 class _TxService(tx_grpc.ServiceServicer):
@@ -249,41 +282,76 @@ class _TendermintService(tm_grpc.ServiceServicer):
 
 
 class _BillingQuery(query_pb2_grpc.QueryServicer):
+    """The billing ``Query`` service, in the wire of the model's chain version."""
+
     def __init__(self, node: DevnetNode) -> None:
         self.model = node.model
+        self.version = node.model.version
+
+    def _lease(self, record: LeaseRecord) -> types_pb2.Lease:
+        return lease_to_proto(
+            record.lease,
+            rejected_at=record.rejected_at,
+            rejection_reason=record.rejection_reason,
+            expired_at=record.expired_at,
+            meta_hash=record.meta_hash,
+        )
 
     def Lease(self, request, context):
-        if not request.lease_uuid:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, describe(BILLING, INVALID_REQUEST, "empty lease uuid"))
-        lease = _model_call(context, lambda: self.model.lease(request.lease_uuid))
-        return query_pb2.QueryLeaseResponse(lease=lease_to_proto(lease))
+        record = _model_call(context, lambda: self.model.lease_record(request.lease_uuid))
+        return query_pb2.QueryLeaseResponse(lease=self._lease(record))
 
     def LeasesByProvider(self, request, context):
-        page = request.pagination
-        if page.offset or page.reverse:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                describe(BILLING, INVALID_REQUEST, "the devnet pages by key only (no offset, no reverse)"),
-            )
-        limit = min(page.limit or DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT)
         state = _state_name(request.state_filter) if request.state_filter else ""
-        leases, next_key = _model_call(
-            context, lambda: self.model.leases_by_provider(request.provider_uuid, state, page.key, limit)
+        leases, next_key, total = _model_call(
+            context, lambda: self.model.leases_by_provider(request.provider_uuid, state, _page(request.pagination))
         )
         return query_pb2.QueryLeasesByProviderResponse(
-            leases=[lease_to_proto(lease) for lease in leases],
-            pagination=pagination_pb2.PageResponse(next_key=next_key),
+            leases=[self._lease(r) for r in leases],
+            pagination=pagination_pb2.PageResponse(next_key=next_key, total=total),
+        )
+
+    def LeasesByTenant(self, request, context):
+        state = _state_name(request.state_filter) if request.state_filter else ""
+        leases, next_key, total = _model_call(
+            context, lambda: self.model.leases_by_tenant(request.tenant, state, _page(request.pagination))
+        )
+        return query_pb2.QueryLeasesByTenantResponse(
+            leases=[self._lease(r) for r in leases],
+            pagination=pagination_pb2.PageResponse(next_key=next_key, total=total),
         )
 
     def CreditAccount(self, request, context):
-        account = _model_call(context, lambda: self.model.credit_account(request.tenant))
-        return credit_account_to_proto(account)
+        page = _page(request.pagination) if self.version.credit_account_pagination else PageRequest()
+        account, next_key = _model_call(context, lambda: self.model.credit_account(request.tenant, page))
+        response = credit_account_to_proto(account)
+        if self.version.credit_account_pagination:
+            response.pagination.CopyFrom(pagination_pb2.PageResponse(next_key=next_key))
+        return response
+
+    def CreditAddress(self, request, context):
+        address = _model_call(context, lambda: self.model.credit_address(request.tenant))
+        return query_pb2.QueryCreditAddressResponse(credit_address=address)
+
+    def WithdrawableAmount(self, request, context):
+        amounts = _model_call(context, lambda: self.model.withdrawable_amount(request.lease_uuid))
+        return query_pb2.QueryWithdrawableAmountResponse(amounts=coins_to_proto(amounts))
 
     def ProviderWithdrawable(self, request, context):
-        amounts, count = _model_call(
-            context, lambda: self.model.provider_withdrawable(request.provider_uuid, request.limit)
+        if self.version.withdrawable_pagination:
+            page, limit = _page(request.pagination), 0
+        else:
+            page, limit = PageRequest(), request.limit
+        amounts, count, has_more, next_key, failed = _model_call(
+            context, lambda: self.model.provider_withdrawable(request.provider_uuid, limit, page)
         )
-        return query_pb2.QueryProviderWithdrawableResponse(amounts=coins_to_proto(amounts), lease_count=count)
+        response = query_pb2.QueryProviderWithdrawableResponse(amounts=coins_to_proto(amounts), lease_count=count)
+        if self.version.withdrawable_pagination:
+            response.pagination.CopyFrom(pagination_pb2.PageResponse(next_key=next_key))
+            response.failed_lease_uuids.extend(failed)
+        else:
+            response.has_more = has_more
+        return response
 
     def CreditEstimate(self, request, context):
         estimate = _model_call(context, lambda: self.model.credit_estimate(request.tenant))
@@ -317,6 +385,7 @@ class DevnetGrpcServer:
         tx_grpc.add_ServiceServicer_to_server(_TxService(node), self._server)
         tm_grpc.add_ServiceServicer_to_server(_TendermintService(node), self._server)
         query_pb2_grpc.add_QueryServicer_to_server(_BillingQuery(node), self._server)
+        consensus_grpc.add_QueryServicer_to_server(_ConsensusQuery(), self._server)
         self._started = False
 
     def start(self) -> int:

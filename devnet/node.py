@@ -60,7 +60,7 @@ from chain.errors import (
     ChainError,
 )
 from chain.keys import BECH32_PREFIX
-from chain.model import BillingModel, ChainEvent
+from chain.model import BillingModel
 from chain.sdk_errors import (
     MESSAGE_FAILURE,
     SDK_INVALID_ADDRESS,
@@ -88,6 +88,18 @@ FEE_DENOM = "umfx"
 
 MSG_WITHDRAW = "/liftedinit.billing.v1.MsgWithdraw"
 MSG_CLOSE_LEASE = "/liftedinit.billing.v1.MsgCloseLease"
+MSG_ACKNOWLEDGE_LEASE = "/liftedinit.billing.v1.MsgAcknowledgeLease"
+MSG_REJECT_LEASE = "/liftedinit.billing.v1.MsgRejectLease"
+#: The messages the devnet executes, by type URL.
+_MESSAGES = {
+    MSG_WITHDRAW: billing_tx.MsgWithdraw,
+    MSG_CLOSE_LEASE: billing_tx.MsgCloseLease,
+    MSG_ACKNOWLEDGE_LEASE: billing_tx.MsgAcknowledgeLease,
+    MSG_REJECT_LEASE: billing_tx.MsgRejectLease,
+}
+#: Signer account types the devnet can give the provider key (``[devnet] signer_account``):
+#: a plain account, or one of the SDK's vesting accounts wrapping it.
+ACCOUNT_KINDS = ("base", "continuous_vesting", "delayed_vesting", "periodic_vesting", "permanent_locked")
 PUBKEY_SECP256K1 = "/cosmos.crypto.secp256k1.PubKey"
 
 
@@ -141,6 +153,7 @@ class _Account:
     fee_balance: int = 0
     #: Fees of this account's txs waiting in the mempool (CheckTx's view of the balance).
     pending_fees: int = 0
+    kind: str = "base"
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,8 @@ class AccountInfo:
     number: int
     sequence: int
     pubkey: bytes | None
+    #: ``ACCOUNT_KINDS``: what ``auth/Account`` answers it as.
+    kind: str = "base"
 
 
 @dataclass
@@ -234,7 +249,7 @@ class DevnetNode:
         self._last_block_height = 0
         self._faults = _Faults(catching_up=catching_up)
         self._stopped = False
-        model.set_block_source(self.next_height)
+        model.set_block_source(self.next_height, self.latest_block_time, self._expiry_block)
 
     # -- chain time -------------------------------------------------------------
     def height_at(self, when: datetime) -> int:
@@ -247,6 +262,10 @@ class DevnetNode:
 
     def latest_height(self) -> int:
         return max(self.height_at(self.clock.now()), self._last_block_height)
+
+    def latest_block_time(self) -> datetime:
+        """What a query sees as block time: the latest block's."""
+        return self.time_of(self.latest_height())
 
     def next_height(self) -> int:
         """The height the next block will have (what a change made now is included at)."""
@@ -261,21 +280,23 @@ class DevnetNode:
         )
 
     # -- accounts ---------------------------------------------------------------
-    def add_account(self, address: str, fee_balance: int = 0) -> int:
-        """Create (or top up) an account; returns its account number."""
+    def add_account(self, address: str, fee_balance: int = 0, kind: str = "base") -> int:
+        """Create (or top up) an account of ``kind`` (``ACCOUNT_KINDS``); returns its account number."""
+        if kind not in ACCOUNT_KINDS:
+            raise ValueError(f"account kind {kind!r}: expected one of {', '.join(ACCOUNT_KINDS)}")
         with self._lock:
             acct = self._accounts.get(address)
             if acct is None:
-                acct = _Account(number=len(self._accounts) + 1, address=address)
+                acct = _Account(number=len(self._accounts) + 1, address=address, kind=kind)
                 self._accounts[address] = acct
             acct.fee_balance += fee_balance
             return acct.number
 
     def account(self, address: str) -> "AccountInfo | None":
-        """The committed account (number, sequence, pubkey), or None for an unknown address."""
+        """The committed account (number, sequence, pubkey, kind), or None for an unknown address."""
         with self._lock:
             acct = self._accounts.get(address)
-            return AccountInfo(acct.number, acct.sequence, acct.pubkey) if acct else None
+            return AccountInfo(acct.number, acct.sequence, acct.pubkey, acct.kind) if acct else None
 
     def fee_balance(self, address: str) -> int:
         with self._lock:
@@ -311,19 +332,23 @@ class DevnetNode:
             raise TxRejected(SDK, SDK_INVALID_REQUEST, describe(SDK, SDK_INVALID_REQUEST, "must contain at least one message"))
         msgs = []
         for any_msg in body.messages:
-            if any_msg.type_url == MSG_WITHDRAW:
-                msg = billing_tx.MsgWithdraw()
-            elif any_msg.type_url == MSG_CLOSE_LEASE:
-                msg = billing_tx.MsgCloseLease()
-            else:
+            kind = _MESSAGES.get(any_msg.type_url)
+            if kind is None:
                 raise TxRejected(
                     SDK, SDK_UNKNOWN_REQUEST,
                     describe(SDK, SDK_UNKNOWN_REQUEST, f"unrecognized message type: {any_msg.type_url}"),
                 )
+            msg = kind()
             try:
                 msg.ParseFromString(any_msg.value)
             except DecodeError:
                 raise TxRejected(SDK, SDK_TX_DECODE, describe(SDK, SDK_TX_DECODE, f"cannot decode {any_msg.type_url}")) from None
+            if isinstance(msg, billing_tx.MsgWithdraw) and msg.key and not self.model.version.withdraw_cursor:
+                # v2.1.0's MsgWithdraw has no field 5; the SDK rejects unknown fields in a tx body.
+                raise TxRejected(
+                    SDK, SDK_TX_DECODE,
+                    describe(SDK, SDK_TX_DECODE, 'errUnknownField "*types.MsgWithdraw": {TagNum: 5, WireType:"bytes"}'),
+                )
             msgs.append(msg)
         senders = {m.sender for m in msgs}
         for sender in senders:
@@ -450,9 +475,10 @@ class DevnetNode:
             acct = self._require_account(tx.signer)
             self._check_sequence(acct, tx, acct.check_sequence)
             try:
-                with self.model.in_tx(self.next_height(), "SIMULATION", atomic=True):
-                    responses, events = self._run_msgs(tx)
-                    raise _Rollback(responses, events)
+                height = self.next_height()
+                with self.model.in_tx(height, "SIMULATION", self.time_of(height), atomic=True) as ctx:
+                    responses = self._run_msgs(tx, ctx.time)
+                    raise _Rollback(responses, list(ctx.events))
             except _Rollback as done:
                 responses, events = done.responses, done.events
             except ChainError as exc:
@@ -469,14 +495,16 @@ class DevnetNode:
     def _message_failure(exc: ChainError, index: int = 0) -> str:
         return f"{MESSAGE_FAILURE}; message index: {index}: {describe(exc.codespace, exc.code, exc.message)}"
 
-    def _run_msgs(self, tx: _DecodedTx) -> tuple[list[ProtoAny], list[ChainEvent]]:
-        """Execute the messages on the model (inside ``in_tx``). Raises ``ChainError`` with the index set."""
+    def _run_msgs(self, tx: _DecodedTx, block_time: datetime) -> list[ProtoAny]:
+        """Execute the messages on the model (inside ``in_tx``); their responses.
+        Raises ``ChainError`` with the failing message's index set."""
         responses: list[ProtoAny] = []
-        events: list[ChainEvent] = []
+        model = self.model
         for index, msg in enumerate(tx.msgs):
+            model.begin_message(index)
             try:
                 if isinstance(msg, billing_tx.MsgWithdraw):
-                    r = self.model.withdraw(
+                    r = model.withdraw(
                         msg.sender,
                         provider_uuid=msg.provider_uuid,
                         lease_uuids=list(msg.lease_uuids),
@@ -489,24 +517,34 @@ class DevnetNode:
                         withdrawal_count=r.withdrawal_count,
                         has_more=r.has_more,
                         next_key=r.next_key,
+                        failed_lease_uuids=list(r.failed_lease_uuids),
                     )
-                else:
-                    c = self.model.close_leases(msg.sender, list(msg.lease_uuids), msg.reason)
+                elif isinstance(msg, billing_tx.MsgCloseLease):
+                    c = model.close_leases(msg.sender, list(msg.lease_uuids), msg.reason)
                     response = billing_tx.MsgCloseLeaseResponse(
                         closed_at=time_to_proto(c.closed_at),
                         closed_count=c.closed_count,
                         total_settled_amounts=coins_to_proto(c.total_settled_amounts),
                     )
-                    r = c
+                elif isinstance(msg, billing_tx.MsgAcknowledgeLease):
+                    for u in msg.lease_uuids:
+                        model.acknowledge_lease(u, msg.sender)
+                    response = billing_tx.MsgAcknowledgeLeaseResponse(
+                        acknowledged_at=time_to_proto(block_time), acknowledged_count=len(msg.lease_uuids)
+                    )
+                else:
+                    for u in msg.lease_uuids:
+                        model.reject_lease(u, msg.reason, msg.sender)
+                    response = billing_tx.MsgRejectLeaseResponse(
+                        rejected_at=time_to_proto(block_time), rejected_count=len(msg.lease_uuids)
+                    )
             except ChainError as exc:
                 exc.message_index = index  # type: ignore[attr-defined]
                 raise
             any_response = ProtoAny()
             any_response.Pack(response, type_url_prefix="/")
             responses.append(any_response)
-            events.append(_message_event(msg, tx.signer))
-            events.extend(r.events)
-        return responses, events
+        return responses
 
     # -- blocks -----------------------------------------------------------------
     def _remember(self, txhash: str) -> None:
@@ -527,17 +565,38 @@ class DevnetNode:
                 return
             self.cut_block()
 
+    def _expiry_block(self, deadline: datetime) -> None:
+        """The model has a PENDING lease expiring at ``deadline``: cut the first block after it.
+
+        Called with the model's lock held, so it takes no node lock (the
+        order is node, then model): it only sets a clock timer.
+        """
+        if not self._stopped:
+            self.clock.call_at(self.time_of(self.height_at(deadline) + 1), self._on_end_block_timer)
+
+    def _on_end_block_timer(self) -> None:
+        with self._lock:
+            # A block cut at this grid time already ended (and expired what was due).
+            if not self._stopped and self.height_at(self.clock.now()) > self._last_block_height:
+                self.cut_block()
+
     def cut_block(self) -> int:
-        """Include every mempool tx in a block at the current grid height; returns the height."""
+        """Include every mempool tx in a block at the current grid height, then end the block
+        (expiring PENDING leases past their timeout); returns the height."""
         with self._lock:
             height = max(self.height_at(self.clock.now()), self._last_block_height + 1)
             pending, self._mempool = self._mempool, []
             block_time = self.time_of(height)
             for p in pending:
                 self._deliver(p.tx, height, block_time)
+            self.model.end_block(height, block_time)
             self._last_block_height = height
             if self._mempool:
                 self._schedule_block()
+            later = self.model.next_expiry()
+            if later is not None and later < block_time:
+                # More expired than one block ends (100 at most): the next block goes on.
+                self.clock.call_at(self.time_of(height + 1), self._on_end_block_timer)
             self._mempool_changed.notify_all()
             return height
 
@@ -578,8 +637,9 @@ class DevnetNode:
             self._store(response, tx.raw)
             return
         try:
-            with self.model.in_tx(height, tx.txhash, atomic=len(tx.msgs) > 1):
-                responses, events = self._run_msgs(tx)
+            with self.model.in_tx(height, tx.txhash, block_time, atomic=True) as ctx:
+                responses = self._run_msgs(tx, block_time)
+            events = ctx.events
         except ChainError as exc:
             index = getattr(exc, "message_index", 0)
             self._fail(response, exc.codespace, exc.code, self._message_failure(exc, index), gas_used=gas_used)
@@ -605,6 +665,12 @@ class DevnetNode:
     def get_tx(self, txhash: str) -> abci_pb2.TxResponse | None:
         with self._lock:
             return self._included.get(txhash.upper())
+
+    def tx_data(self, txhash: str) -> bytes | None:
+        """The ``TxMsgData`` of an included tx (what the websocket's ``TxResult.result.data`` carries)."""
+        with self._lock:
+            found = self._included.get(txhash.upper())
+            return bytes.fromhex(found.data) if found is not None and found.data else None
 
     def tx_bytes(self, txhash: str) -> bytes | None:
         """The raw bytes of an included tx (what the websocket's ``TxResult.tx`` carries)."""
@@ -638,22 +704,17 @@ class DevnetNode:
 class _Rollback(Exception):
     """Unwinds a simulation out of ``in_tx`` so that its changes are undone."""
 
-    def __init__(self, responses: list[ProtoAny], events: list[ChainEvent]) -> None:
+    def __init__(self, responses: list[ProtoAny], events: list) -> None:
         super().__init__("simulation rollback")
         self.responses = responses
         self.events = events
 
 
-def _abci_event(e: ChainEvent) -> abci_types.Event:
+def _abci_event(e) -> abci_types.Event:
     return abci_types.Event(
         type=e.type,
         attributes=[abci_types.EventAttribute(key=k, value=v, index=True) for k, v in e.attributes],
     )
-
-
-def _message_event(msg, sender: str) -> ChainEvent:
-    action = MSG_WITHDRAW if isinstance(msg, billing_tx.MsgWithdraw) else MSG_CLOSE_LEASE
-    return ChainEvent("message", (("action", action), ("sender", sender), ("module", "billing")))
 
 
 __all__ += ["tx_hash", "MSG_WITHDRAW", "MSG_CLOSE_LEASE"]

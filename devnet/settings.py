@@ -1,10 +1,14 @@
-"""``[devnet]``: the embedded chain simulator's block time, ports and faults.
+"""``[devnet]``: the embedded chain: its version, billing params, block time, ports and faults.
 
-Read by the devnet node and gRPC server (block time, gRPC port, min gas
-price, latency and error rate per call, a syncing node) and by the devnet
+Read by the chain model (``chain_version``: which of the two chain
+versions providers run it behaves as; ``min_lease_duration`` and
+``pending_timeout``, the billing params), by the devnet node and gRPC
+server (block time, gRPC port, min gas price, the signer's account type,
+latency and error rate per call, a syncing node) and by the devnet
 websocket server (its port, the per-client subscription cap, periodic
 drops, the slow-client limit). Ports default to 0: a free loopback port,
-announced by ``start_devnet``.
+announced by ``start_devnet``. The version and params apply to the
+in-process model mode too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,23 @@ def parse_error_rates(entries: tuple[str, ...]) -> dict[str, float]:
 @section("devnet")
 @dataclass(frozen=True)
 class DevnetSettings:
+    chain_version: str = setting(
+        "current",
+        "which chain the embedded devnet behaves as: current (the newest source) or v2.1 (tag v2.1.0)",
+        choices=("current", "v2.1"),
+    )
+    min_lease_duration: timedelta = setting(
+        timedelta(hours=1), "billing param: seconds of a lease's rate reserved at creation (the chain's default 1h)",
+        min=timedelta(seconds=1), max=timedelta(days=30),
+    )
+    pending_timeout: timedelta = setting(
+        timedelta(minutes=30), "billing param: a PENDING lease expires at the end of the first block after this",
+        min=timedelta(seconds=60), max=timedelta(days=1),
+    )
+    signer_account: str = setting(
+        "base", "account type the provider key's account has on the devnet (a vesting one tests the client)",
+        choices=("base", "continuous_vesting", "delayed_vesting", "periodic_vesting", "permanent_locked"),
+    )
     block_time: timedelta = setting(
         timedelta(seconds=5), "a block (with the pending txs) is cut this often on the clock",
         min=timedelta(milliseconds=1),
@@ -52,7 +73,9 @@ class DevnetSettings:
     )
     error_seed: int = setting(1, "seed of the random failures, so a run can be repeated")
     catching_up: bool = setting(False, "the node reports it is syncing (its state is stale)")
-    min_gas_price: str = setting("0.01", "smallest fee per gas the node accepts, in umfx (a decimal)")
+    min_gas_price: str = setting(
+        "0.000025", "smallest fee per gas the node accepts, in umfx (a decimal; the network's is 0.000025)"
+    )
     provider_funds: int = setting(10**12, "umfx the devnet's provider account starts with, for fees", min=0)
     ws_max_subscriptions: int = setting(5, "subscriptions one websocket client may hold", min=1, max=1000)
     ws_drop_interval: timedelta = setting(timedelta(0), "drop every websocket client this often; 0: never")

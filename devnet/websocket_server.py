@@ -16,8 +16,13 @@ calls the sidecar makes (CHAIN.md, "CometBFT websocket"):
   frames, is disconnected, as a node drops a subscriber that does not keep up;
 - every transaction the chain model emits is matched against every
   subscription and pushed, in the exact Tx event shape: ``result.query``,
-  ``result.data`` (``tendermint/event/Tx`` with the ``TxResult``) and the
-  flattened ``result.events`` map of parallel arrays.
+  ``result.data`` (``tendermint/event/Tx`` with the ``TxResult``, whose
+  ``result.data`` is the tx's ``TxMsgData``) and the flattened
+  ``result.events`` map of parallel arrays; every end of block that
+  emitted events (``lease_expired``) likewise, as
+  ``tendermint/event/NewBlockEvents`` (``height``, ``events``, ``num_txs``)
+  under ``tm.event='NewBlockEvents'`` with ``block.height`` and no
+  ``tx.hash``.
 
 Nothing is replayed: events emitted while a client is away are lost to it,
 which is the gap the listener's reconcile-after-reconnect exists for.
@@ -51,7 +56,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from chain.billing_codec import time_to_rfc3339
-from chain.model import BillingModel, TxEvents
+from chain.model import BillingModel, BlockEvents, TxEvents
 from chain.ws_query import Query, QueryError, parse_query
 from messages.chain import NodeStatus
 
@@ -106,21 +111,29 @@ class _Client:
         self.gone = asyncio.Event()
 
 
+def _event_objects(events) -> list[dict[str, Any]]:
+    return [
+        {"type": ev.type, "attributes": [{"key": k, "value": v, "index": True} for k, v in ev.attributes]}
+        for ev in events
+    ]
+
+
 class _EncodedTx:
-    """One tx as every matching subscription sees it: the index to match, the JSON to push."""
+    """One tx (or one block's end-of-block events) as every matching subscription sees it:
+    the index to match, the JSON to push."""
 
-    __slots__ = ("index", "_tx", "_tx_bytes", "_index_in_block", "_body")
+    __slots__ = ("index", "_tx", "_tx_bytes", "_tx_data", "_index_in_block", "_body")
 
-    def __init__(self, tx: TxEvents, tx_bytes: bytes, index_in_block: int) -> None:
+    def __init__(self, tx: TxEvents | BlockEvents, tx_bytes: bytes, index_in_block: int, tx_data: bytes = b"") -> None:
         self._tx = tx
         self._tx_bytes = tx_bytes
+        self._tx_data = tx_data
         self._index_in_block = index_in_block
         self._body: str | None = None
-        index: dict[str, list[str]] = {
-            "tm.event": ["Tx"],
-            "tx.hash": [tx.tx_hash],
-            "tx.height": [str(tx.height)],
-        }
+        if isinstance(tx, BlockEvents):
+            index: dict[str, list[str]] = {"tm.event": ["NewBlockEvents"], "block.height": [str(tx.height)]}
+        else:
+            index = {"tm.event": ["Tx"], "tx.hash": [tx.tx_hash], "tx.height": [str(tx.height)]}
         for event in tx.events:
             if not event.type:
                 continue
@@ -134,24 +147,25 @@ class _EncodedTx:
         """``"data":...,"events":...`` as JSON text; built once, shared by every subscription."""
         if self._body is None:
             tx = self._tx
-            tx_result = {
-                "height": str(tx.height),
-                "index": self._index_in_block,
-                "tx": base64.b64encode(self._tx_bytes).decode("ascii"),
-                "result": {
-                    "code": 0,
-                    "data": "",
-                    "log": "",
-                    "events": [
-                        {
-                            "type": ev.type,
-                            "attributes": [{"key": k, "value": v, "index": True} for k, v in ev.attributes],
-                        }
-                        for ev in tx.events
-                    ],
-                },
-            }
-            data = {"type": "tendermint/event/Tx", "value": {"TxResult": tx_result}}
+            if isinstance(tx, BlockEvents):
+                data: dict[str, Any] = {
+                    "type": "tendermint/event/NewBlockEvents",
+                    "value": {"height": str(tx.height), "events": _event_objects(tx.events), "num_txs": "0"},
+                }
+            else:
+                tx_result = {
+                    "height": str(tx.height),
+                    "index": self._index_in_block,
+                    "tx": base64.b64encode(self._tx_bytes).decode("ascii"),
+                    "result": {
+                        "code": 0,
+                        # The tx's TxMsgData (its Msg*Response Anys), as a node puts it.
+                        "data": base64.b64encode(self._tx_data).decode("ascii"),
+                        "log": "",
+                        "events": _event_objects(tx.events),
+                    },
+                }
+                data = {"type": "tendermint/event/Tx", "value": {"TxResult": tx_result}}
             self._body = (
                 '"data":' + json.dumps(data, separators=(",", ":"))
                 + ',"events":' + json.dumps(self.index, separators=(",", ":"))
@@ -176,10 +190,11 @@ class WebsocketServer:
         ping_timeout: float | None = 20.0,
         close_timeout: float = 2.0,
         tx_bytes: Callable[[str], bytes | None] | None = None,
+        tx_data: Callable[[str], bytes | None] | None = None,
     ) -> None:
-        """``tx_bytes``: the raw bytes of a tx by hash, where the devnet has them (the gRPC
-        side's included txs); a state change with no tx behind it (genesis, demo setup)
-        is pushed with empty ``tx`` bytes."""
+        """``tx_bytes``/``tx_data``: the raw bytes and the ``TxMsgData`` of a tx by hash,
+        where the devnet has them (the gRPC side's included txs); a state change with no
+        tx behind it (genesis, demo setup) is pushed with empty ``tx`` and ``data``."""
         if max_subscriptions < 1:
             raise ValueError(f"max_subscriptions must be at least 1, got {max_subscriptions}")
         if slow_client_queue < 1:
@@ -197,6 +212,7 @@ class WebsocketServer:
         self.ping_timeout = ping_timeout
         self.close_timeout = close_timeout
         self.tx_bytes = tx_bytes
+        self.tx_data = tx_data
         self.stats = ServerStats()
 
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -205,7 +221,7 @@ class WebsocketServer:
         self._clients: set[_Client] = set()
         self._background: set[asyncio.Task[Any]] = set()
         #: txs handed over by the model's thread, not yet matched on the loop
-        self._pending: collections.deque[TxEvents] = collections.deque()
+        self._pending: collections.deque[TxEvents | BlockEvents] = collections.deque()
         self._drain_scheduled = False
         self._running = False
         self._last_height = -1
@@ -552,7 +568,7 @@ class WebsocketServer:
         self._enqueue(client, '{"jsonrpc":"2.0","id":' + rid + ',"error":' + body + "}")
 
     # -- events -----------------------------------------------------------------------------
-    def publish(self, tx: TxEvents) -> None:
+    def publish(self, tx: TxEvents | BlockEvents) -> None:
         """Push ``tx`` to every matching subscription. Safe from any thread; never blocks."""
         loop = self._loop
         if not self._running or loop is None:
@@ -575,16 +591,20 @@ class WebsocketServer:
             self.stats.txs_published += 1
             self._push(tx)
 
-    def _push(self, tx: TxEvents) -> None:
-        if tx.height == self._last_height:
-            self._index_in_block += 1
-        else:
-            self._last_height, self._index_in_block = tx.height, 0
+    def _push(self, tx: TxEvents | BlockEvents) -> None:
+        if isinstance(tx, TxEvents):
+            if tx.height == self._last_height:
+                self._index_in_block += 1
+            else:
+                self._last_height, self._index_in_block = tx.height, 0
         clients = [c for c in self._clients if c.subscriptions and not c.closing and not c.frozen]
         if not clients:
             return
-        raw = (self.tx_bytes(tx.tx_hash) if self.tx_bytes is not None else None) or b""
-        encoded = _EncodedTx(tx, raw, self._index_in_block)
+        raw = data = b""
+        if isinstance(tx, TxEvents):
+            raw = (self.tx_bytes(tx.tx_hash) if self.tx_bytes is not None else None) or b""
+            data = (self.tx_data(tx.tx_hash) if self.tx_data is not None else None) or b""
+        encoded = _EncodedTx(tx, raw, self._index_in_block, data)
         index = encoded.index
         for client in clients:
             for rid, query in list(client.subscriptions.values()):

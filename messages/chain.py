@@ -58,6 +58,14 @@ class Lease:
     last_settled_at: datetime | None = None
     closed_at: datetime | None = None
     closure_reason: str = ""
+    #: Seconds of the rate reserved at creation; 0 for a lease from before
+    #: per-lease reservations (the current chain then draws on the
+    #: account's unattributed reservation instead of the lease's own).
+    min_lease_duration_at_creation: int = 0
+    #: What is left of the lease's own reservation tranche (current chain,
+    #: field 16; empty once the lease ended). None where the chain has no
+    #: such field (v2.1.0): the credit rule then reads the raw balance.
+    reservation: tuple[Coin, ...] | None = None
 
     def rate_per_second(self) -> dict[str, int]:
         """What the lease accrues each whole second, per denom."""
@@ -71,16 +79,29 @@ class Lease:
 @message("credit_account")
 @dataclass(frozen=True, slots=True)
 class CreditAccount:
+    """A tenant's credit account and the balances at its credit address (``Query/CreditAccount``)."""
+
     tenant: str
     balances: tuple[Coin, ...]
     active_lease_count: int = 0
     pending_lease_count: int = 0
+    credit_address: str = ""
+    #: R: the account's reservations (CHAIN-VERSIONS.md 2.6).
+    reserved_amounts: tuple[Coin, ...] = ()
+    #: U (current chain): the legacy leases' shared reservation, and how many share it.
+    unattributed_reserved_amounts: tuple[Coin, ...] = ()
+    unattributed_lease_count: int = 0
+    #: ``balances - R``: what new leases may still reserve.
+    available_balances: tuple[Coin, ...] = ()
 
 
 @message("credit_estimate")
 @dataclass(frozen=True, slots=True)
 class CreditEstimate:
-    """The chain's own view: includes unsettled accrual of every provider's leases."""
+    """The chain's gross runway: the balance over the ACTIVE rate (CHAIN-VERSIONS.md 2.7).
+
+    It counts neither unsettled accrual nor reservations.
+    """
 
     tenant: str
     current_balance: tuple[Coin, ...]
@@ -123,6 +144,9 @@ class WithdrawPage:
     #: ``at`` is the block time), for the ledger. Empty in captures made
     #: before the chain clients read them.
     settlements: tuple[LeaseSettled, ...] = ()
+    #: Current chain: leases of this page whose settlement failed; the
+    #: cursor moved past them (they must be withdrawn by name).
+    failed_lease_uuids: tuple[str, ...] = ()
 
 
 @message("close_outcome")

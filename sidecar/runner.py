@@ -31,6 +31,7 @@ from chain.faults import Faults
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from devnet.demo import PROVIDER_ADDRESS, DemoWorld
+from devnet.model import new_model
 from runtime.clock import Clock
 from runtime.config import Config
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
@@ -142,7 +143,7 @@ class ListenerPart:
 
 def _model_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     provider = config.provider.uuid
-    model = BillingModel(clock, config.chain.chain_id)
+    model = new_model(config, clock)
     world = DemoWorld(model, clock, config.demo, provider, PROVIDER_ADDRESS)
     if demo:
         world.seed()
@@ -173,7 +174,7 @@ def demo_devnet(config: Config, clock: Clock, seed: bool = True) -> tuple[Billin
     """
     from devnet.embedded import start_devnet
 
-    model = BillingModel(clock, config.chain.chain_id)
+    model = new_model(config, clock)
     devnet = start_devnet(config, clock, model)
     try:
         world = DemoWorld(model, clock, config.demo, config.provider.uuid, devnet.provider_address)

@@ -17,15 +17,16 @@ from typing import Any, Callable
 from chain.cosmpy_client import CosmpyChainClient
 from chain.model import BillingModel
 from devnet.embedded import Devnet, start_devnet
+from devnet.model import new_model
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
 from runtime.config import Config, load_config
-from tests.support import eventually
+from tests.support import addr, chain_version, eventually
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER_PROVIDER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
-OTHER_ADDRESS = "manifest1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqjpzgn4"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER_PROVIDER = "019bbef3-b000-7002-bef5-ba743a73a80e"
+OTHER_ADDRESS = addr("other")
 
 
 class BlockProducer:
@@ -78,7 +79,7 @@ class World:
         return self.model.create_lease(tenant, provider, [LeaseItem("sku-1", quantity, Coin("umfx", price))]).uuid
 
     def tenant(self, name: str, umfx: int = 10**9) -> str:
-        address = f"manifest1{name}"
+        address = addr(name)
         self.model.fund_credit(address, [Coin("umfx", umfx)])
         return address
 
@@ -88,15 +89,21 @@ class World:
 
 
 def make_world(websocket: bool = False, **devnet_settings: Any) -> World:
+    """A devnet of this test's chain version (``tests.support.chain_version``), with one-second reservations."""
     config = load_config(
         overrides={
             "provider": {"uuid": PROVIDER},
-            "devnet": {"block_time": "5s", **devnet_settings},
+            "devnet": {
+                "block_time": "5s",
+                "chain_version": chain_version().name,
+                "min_lease_duration": "1s",
+                **devnet_settings,
+            },
             "node": {"tx_poll_interval": "2ms", "tx_timeout": "10s", "query_timeout": "5s"},
         }
     )
     clock = ManualClock(utc(2026, 3, 1))
-    model = BillingModel(clock, chain_id=config.chain.chain_id)
+    model = new_model(config, clock)
     devnet = start_devnet(config, clock, model, websocket=websocket)
     model.register_provider(OTHER_PROVIDER, OTHER_ADDRESS)
     return World(config, clock, model, devnet, BlockProducer(devnet, clock))

@@ -42,7 +42,7 @@ from messages.scheduler import (
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, Router, tenant_address
-from tests.support import PROVIDER, PROVIDER_ADDRESS, item, probe, settings
+from tests.support import PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, probe, settings
 
 T0 = utc(2026, 3, 1)
 
@@ -110,14 +110,15 @@ def test_credit_monitor_answers_the_scheduler_and_persists_its_state() -> None:
 
 def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     clock, d, router = setup()
-    model = BillingModel(clock)
+    T1 = addr("t1")
+    model = chain_model(clock)
     model.register_provider(PROVIDER, PROVIDER_ADDRESS)
-    model.fund_credit("t1", [Coin("umfx", 50)])
-    model.create_lease("t1", PROVIDER, [item(1)])
+    model.fund_credit(T1, [Coin("umfx", 50)])
+    model.create_lease(T1, PROVIDER, [item(1)])
     client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
-    tenant, sched, chain = probe(router, d, tenant_address("t1")), probe(router, d, SCHEDULER), probe(router, d, CHAIN)
+    tenant, sched, chain = probe(router, d, tenant_address(T1)), probe(router, d, SCHEDULER), probe(router, d, CHAIN)
     io = start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
-    io.tell(CreditReadsCall(4, ("t1",)))
+    io.tell(CreditReadsCall(4, (T1,)))
     io.tell(ActiveLeasesCall(4, SCHEDULER))
     io.tell(WithdrawPageCall(4, 1, 1, b""))
     d.run_until_idle()
@@ -129,7 +130,7 @@ def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     assert isinstance(page, WithdrawPageAnswered) and page.result is not None and page.error is None
     assert signed == WithdrawTxSigned(4, 1, 1, page.result.tx_hash)
     client.faults.fail("credit_account")
-    io.tell(CreditCall(5, "t1"))
+    io.tell(CreditCall(5, T1))
     d.run_until_idle()
     assert isinstance(tenant.received[-1], CreditReadFailed) and tenant.received[-1].error.transient
 

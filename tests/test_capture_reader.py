@@ -33,6 +33,7 @@ from messages.credit import CreditRead
 from messages.scheduler import ActiveLeasesRead
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import Delivery
+from tests.support import addr
 
 
 def write_capture(tmp_path: Path, n: int = 20, **kw) -> list[str]:
@@ -40,7 +41,7 @@ def write_capture(tmp_path: Path, n: int = 20, **kw) -> list[str]:
     s = CaptureSettings(directory=str(tmp_path / "cap"), background=False, **kw)
     writer = CaptureWriter(s, clock_now=clock.now, config={"scheduler": {"x": 1}}).open()
     for seq in range(1, n + 1):
-        msg = CreditRead(seq, CreditAccount("manifest1t", (Coin("umfx", 1000 - seq),), 1))
+        msg = CreditRead(seq, CreditAccount(addr("t"), (Coin("umfx", 1000 - seq),), 1))
         writer(Delivery(seq, clock.now(), "chain-io", "tenant/manifest1t", 0, msg))
         clock.advance(1)
     writer.close()
@@ -460,7 +461,7 @@ def test_older_formats_refused_and_version_1_files_still_read(tmp_path):
 
 
 def test_version_2_files_with_ext_marks_and_interned_leases_still_read(tmp_path):
-    lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
+    lease = Lease("lease-1", addr("tenant"), "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
     enc = CaptureEncoder({"lease": "uuid"})
     at = utc(2026, 3, 1)
     bodies = [_with_ext_marks(enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]]))
@@ -475,7 +476,7 @@ def test_version_2_files_with_ext_marks_and_interned_leases_still_read(tmp_path)
 
 
 def test_a_lost_definition_costs_the_records_that_refer_to_it_with_file_and_offset(tmp_path):
-    lease = Lease("lease-1", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
+    lease = Lease("lease-1", addr("tenant"), "prov", (LeaseItem("sku-1", 1, Coin("umfx", 2)),))
     enc = CaptureEncoder({"lease": "uuid"})
     at = utc(2026, 3, 1)
     bodies = [enc.encode([0, [[seq, at, "chain-io", "scheduler", 0, ActiveLeasesRead(seq, (lease,))]]])

@@ -11,6 +11,8 @@ model's events: the ledger must hold each once.
 
 from __future__ import annotations
 
+import pytest
+
 from collections import defaultdict
 
 from actors.chain_actor import ChainActor
@@ -34,7 +36,10 @@ from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher
 from runtime.router import CHAIN, SCHEDULER, Router
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World
-from tests.support import probe, settings
+from tests.support import addr, chain_model, probe, settings
+
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
 
 
 def by_lease(settlements) -> dict[str, dict[str, int]]:
@@ -71,6 +76,7 @@ def devnet_leases(world: World) -> dict[str, str]:
     return populate(world.model, world.tenant, lambda t, price, p: world.lease(t, price=price, provider=p))
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
 def test_a_paged_withdraw_over_grpc_carries_each_lease_settlement(world: World) -> None:
     leases = devnet_leases(world)
     ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
@@ -148,6 +154,7 @@ def ledger_settlements(ledger: Ledger) -> dict[str, dict[str, int]]:
     return dict(out)
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_devnet_settlements_reach_the_ledger_through_the_actors(world: World, tmp_path) -> None:
     leases = devnet_leases(world)
     ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
@@ -165,15 +172,16 @@ def test_devnet_settlements_reach_the_ledger_through_the_actors(world: World, tm
         dispatcher.run_until_idle()
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path) -> None:
     clock = ManualClock(utc(2026, 3, 1))
-    model = BillingModel(clock)
-    model.register_provider(PROVIDER, "manifest1provider")
-    model.register_provider(OTHER_PROVIDER, "manifest1other")
+    model = chain_model(clock)
+    model.register_provider(PROVIDER, addr("provider"))
+    model.register_provider(OTHER_PROVIDER, addr("other"))
 
     def fund(name: str, umfx: int) -> str:
-        model.fund_credit(f"manifest1{name}", [Coin("umfx", umfx)])
-        return f"manifest1{name}"
+        model.fund_credit(addr(f"{name}"), [Coin("umfx", umfx)])
+        return addr(f"{name}")
 
     def lease(tenant: str, price: int, provider: str) -> str:
         return model.create_lease(tenant, provider, [LeaseItem("sku-1", 1, Coin("umfx", price))]).uuid
@@ -181,7 +189,7 @@ def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path)
     leases = populate(model, fund, lease)
     ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
     clock.advance(100)
-    client = ModelChainClient(model, PROVIDER, "manifest1provider", withdraw_limit=2)
+    client = ModelChainClient(model, PROVIDER, addr("provider"), withdraw_limit=2)
     ledger = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
     dispatcher, router, writer, scheduler = wire(clock, client, ledger)
     feed_saw: list[str] = []

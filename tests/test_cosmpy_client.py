@@ -7,6 +7,8 @@ waits (``tests.devnet_harness.BlockProducer``), so amounts are exact.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import threading
 from datetime import timedelta
 
@@ -17,6 +19,10 @@ from chain.errors import BILLING, LEASE_NOT_ACTIVE, SDK, ChainError
 from chain.model import TxEvents
 from messages.coins import Coin, coins
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, wait_until
+from tests.support import addr
+
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
 
 
 def _withdraw_txs(world: World) -> list:
@@ -62,7 +68,8 @@ def test_queries_answer_what_the_chain_holds(world: World) -> None:
     assert account.active_lease_count == 1
     estimate = client.credit_estimate(t)
     assert estimate == world.model.credit_estimate(t)
-    assert estimate.current_balance == (Coin("umfx", 5_000 - 700),)
+    # The balance itself: CreditEstimate counts no unsettled accrual (CHAIN-VERSIONS.md 2.7).
+    assert estimate.current_balance == (Coin("umfx", 5_000),)
     assert client.provider_withdrawable(PROVIDER) == (Coin("umfx", 700),)
     assert client.lease(lease) == world.model.lease(lease)
     status = client.node_status()
@@ -71,8 +78,9 @@ def test_queries_answer_what_the_chain_holds(world: World) -> None:
     assert status.catching_up is False
 
     with pytest.raises(ChainError) as info:
-        client.credit_account("manifest1nobody")
-    assert (info.value.codespace, info.value.code, info.value.transient) == (BILLING, 8, False)
+        client.credit_account(addr("nobody"))
+    # Query errors are gRPC statuses, not billing codes (CHAIN-VERSIONS.md 4): NOT_FOUND is 5.
+    assert (info.value.codespace, info.value.code, info.value.transient) == ("grpc", 5, False)
 
 
 def test_node_status_reports_catching_up(world: World) -> None:
@@ -83,6 +91,7 @@ def test_node_status_reports_catching_up(world: World) -> None:
     assert client.node_status().catching_up is False
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
 def test_paged_withdraw_drains_the_provider_through_next_key(world: World) -> None:
     t1, t2 = world.tenant("t1"), world.tenant("t2")
     leases = [world.lease(t1, price=3) for _ in range(4)] + [world.lease(t2, price=5) for _ in range(3)]
@@ -240,10 +249,11 @@ def test_tx_signed_for_the_wrong_chain_id_is_rejected(world: World) -> None:
 def test_fee_below_the_node_minimum_is_a_permanent_error(world: World) -> None:
     world.lease(world.tenant("t1"))
     with pytest.raises(ChainError) as info:
-        world.client(gas_price=world.client().gas_price / 100).withdraw_by_provider(PROVIDER, b"")
+        world.client(gas_price=Decimal(world.config.devnet.min_gas_price) / 2).withdraw_by_provider(PROVIDER, b"")
     assert (info.value.codespace, info.value.code, info.value.transient) == (SDK, 13, False)
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_inclusion_timeout_may_have_committed_and_the_tx_lands_later(world: World) -> None:
     world.lease(world.tenant("t1"))
     client = world.client(tx_timeout=0.2)

@@ -13,13 +13,17 @@ from typing import Any
 
 import pytest
 
-from chain.model import CREDIT_EXHAUSTED
+from chain.model import CREDIT_EXHAUSTED_REASON
 from messages.scheduler import Reconcile
 from runtime.dispatch import Delivery, ThreadedDispatcher
 from sidecar.app import Sidecar
 from sidecar.runner import ListenerPart
 from tests.devnet_harness import OTHER_ADDRESS, OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
 from actors.listener_settings import ListenerSettings
+from tests.support import addr
+
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
 
 MS = timedelta(milliseconds=1)
 FAST_LISTENER = ListenerSettings(
@@ -105,10 +109,11 @@ def h():
     harness.close()
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_tenant_running_dry_is_closed_within_the_grace_window_plus_one_check(h: Harness) -> None:
     w = h.w
     (ours,) = h.credit_used_up_elsewhere("dry")
-    entry = h.core.tenants["manifest1dry"]
+    entry = h.core.tenants[addr("dry")]
     assert entry.recheck_at is not None  # inside the grace window now
     window_start = w.clock.now()
     s = w.config.scheduler
@@ -130,7 +135,7 @@ def test_another_providers_withdraw_exhausting_a_shared_tenant_closes_our_leases
     w.model.withdraw(OTHER_ADDRESS, provider_uuid=OTHER_PROVIDER)  # settles, exhausts, auto-closes theirs
     # no wake is due for an hour: only the listener's trigger can settle ours now
     wait_until(lambda: w.model.lease(ours).state == "CLOSED", timeout=10, what="our lease to be auto-closed")
-    assert w.model.lease(ours).closure_reason == CREDIT_EXHAUSTED
+    assert w.model.lease(ours).closure_reason == CREDIT_EXHAUSTED_REASON
     h.settle()
     assert t not in h.core.tenants
 
@@ -156,6 +161,7 @@ def test_leases_opened_and_closed_during_a_websocket_gap_are_reconciled(h: Harne
     assert c_lease in chain[c] and a not in h.core.tenants
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Harness) -> None:
     w = h.w
     original = h.client.close_leases
@@ -164,7 +170,7 @@ def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Har
     def tenant_beats_us(lease_uuids, reason):  # type: ignore[no-untyped-def]
         if not first_closed:
             first_closed.append(lease_uuids[0])
-            w.model.close_leases("manifest1pair", [lease_uuids[0]], "tenant left")
+            w.model.close_leases(addr("pair"), [lease_uuids[0]], "tenant left")
         return original(lease_uuids, reason)
 
     h.client.close_leases = tenant_beats_us  # type: ignore[method-assign]
@@ -179,6 +185,7 @@ def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Har
     assert w.model.lease(kept).closure_reason == w.config.scheduler.closure_reason
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> None:
     w = h.w
     (ours,) = h.credit_used_up_elsewhere("stale")

@@ -23,7 +23,7 @@ from messages.ledger import LeaseEventRecorded, LeasesReconciled, LeaseSettled
 from runtime.clock import utc
 from runtime.config import load_config
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 ALICE, BOB = "manifest1alice", "manifest1bob"
 REPO = Path(__file__).resolve().parent.parent
 

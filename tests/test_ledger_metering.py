@@ -41,14 +41,18 @@ from messages.ledger import (
     LeaseSettled,
 )
 from runtime.clock import ManualClock, utc
+from tests.support import addr, chain_model, settle_all
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-PROVIDER_ADDRESS = "manifest1provider"
-OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
-OTHER_ADDRESS = "manifest1other"
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
+
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
+PROVIDER_ADDRESS = addr("provider")
+OTHER = "019bbef3-b000-7002-bef5-ba743a73a80e"
+OTHER_ADDRESS = addr("other")
 FEB, MAR, APR = Month(2026, 2), Month(2026, 3), Month(2026, 4)
 
-RICH, POOR, SHARED = "manifest1rich", "manifest1poor", "manifest1shared"
+RICH, POOR, SHARED = addr("rich"), addr("poor"), addr("shared")
 
 
 def item(price: int, quantity: int = 1, denom: str = "umfx") -> LeaseItem:
@@ -78,17 +82,7 @@ class Feed:
         self.facts.append(LeasesReconciled(at, self.model.active_leases_by_provider(self.provider)))
 
 
-def drain(model: BillingModel, sender: str, provider: str, limit: int = 2) -> None:
-    """A provider-wide withdraw, paged until the cursor is empty."""
-    key = b""
-    while True:
-        try:
-            r = model.withdraw(sender, provider_uuid=provider, limit=limit, key=key)
-        except ChainError:  # no active lease: nothing to withdraw
-            return
-        if not r.next_key:
-            return
-        key = r.next_key
+drain = settle_all
 
 
 class Month2026:
@@ -96,7 +90,7 @@ class Month2026:
 
     def __init__(self) -> None:
         self.clock = ManualClock(utc(2026, 2, 20))
-        self.model = m = BillingModel(self.clock)
+        self.model = m = chain_model(self.clock)
         m.register_provider(PROVIDER, PROVIDER_ADDRESS)
         m.register_provider(OTHER, OTHER_ADDRESS)
         self.feed = Feed(m, PROVIDER)
@@ -185,7 +179,7 @@ class Month2026:
 
 
 @pytest.fixture(scope="module")
-def world() -> Month2026:
+def world(chain_version) -> Month2026:
     return Month2026()
 
 
@@ -199,7 +193,7 @@ def ledger(tmp_path, world):
 
 def test_the_world_exercises_what_it_claims(world):
     m = world.model
-    assert m.lease(world.l3).closure_reason == "credit_exhausted"
+    assert m.lease(world.l3).closure_reason == "credit exhausted"  # stored with a space (2.5)
     assert utc(2026, 3, 5) < m.lease(world.l3).closed_at < utc(2026, 3, 7)  # ran dry in ~2.5 days
     assert m.lease(world.l4).closed_at.microsecond == 300_000
     accrued, paid = m.lease_totals(world.l3)
@@ -207,6 +201,7 @@ def test_the_world_exercises_what_it_claims(world):
     assert world.l5 in world.ours
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.4", reason="the books meter accrual as if each settlement kept the fraction of a second; v2.1.0 drops it (issue: the sidecar is right on the real chain)")
 def test_march_statement_equals_the_models_accrual_to_the_last_unit(world, ledger):
     result = meter_month(ledger, MAR, utc(2026, 4, 2))
     assert result.leases == 5  # l1..l5 of ours; the other provider's lease is not ours
@@ -221,6 +216,7 @@ def test_march_statement_equals_the_models_accrual_to_the_last_unit(world, ledge
     assert a - w == model_accrued["umfx"] - model_paid["umfx"] > 0
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.4", reason="the books meter accrual as if each settlement kept the fraction of a second; v2.1.0 drops it (issue: the sidecar is right on the real chain)")
 def test_february_and_march_add_up_to_each_leases_whole_accrual(world, ledger):
     meter_month(ledger, FEB, utc(2026, 4, 2))
     meter_month(ledger, MAR, utc(2026, 4, 2))
@@ -241,7 +237,7 @@ def test_a_lease_acknowledged_half_a_second_before_the_months_end_accrues_nothin
     meter_month(ledger, MAR, utc(2026, 4, 2))
     n = ledger.conn.execute("SELECT COUNT(*) FROM statement_lines WHERE lease_uuid = ?", (world.l5,)).fetchone()[0]
     assert n == 0
-    assert world.model.lease_totals(world.l5)[0] == {"upwr": 0}
+    assert world.model.lease_totals(world.l5)[0].get("upwr", 0) == 0
 
 
 def test_replaying_every_fact_changes_nothing(world, ledger, tmp_path):

@@ -29,8 +29,8 @@ from messages.ledger import (
 )
 from runtime.clock import utc
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER = "019bbef3-b000-7002-bef5-ba743a73a80e"
 T = utc(2026, 3, 5, 12)
 TENANT = "manifest1tenant"
 

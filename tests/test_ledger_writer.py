@@ -21,7 +21,7 @@ from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher, ThreadedDispatcher
 from runtime.router import LEDGER, Router
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 MAR = Month(2026, 3)
 
 

@@ -28,10 +28,13 @@ from runtime.clock import ManualClock, utc
 from runtime.config import ConfigError, load_config
 from runtime.dispatch import Delivery, PooledActor, ThreadedDispatcher
 from runtime.router import SCHEDULER, Router
-from tests.support import eventually as wait_until
+from tests.support import addr, chain_model, eventually as wait_until
 
-P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
+
+P = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER = "019bbef3-b000-73ca-8297-85d4d17d0ec4"
 T0 = utc(2026, 3, 1)
 MS = timedelta(milliseconds=1)
 
@@ -147,10 +150,10 @@ class Inbox:
 class Harness:
     def __init__(self, settings: ListenerSettings = FAST, **server_args) -> None:
         self.clock = ManualClock(T0)
-        self.model = BillingModel(self.clock)
-        self.model.register_provider(P, "manifest1prov")
-        self.model.register_provider(OTHER, "manifest1other")
-        self.model.fund_credit("manifest1tenant", [Coin("upwr", 10**9)])
+        self.model = chain_model(self.clock)
+        self.model.register_provider(P, addr("prov"))
+        self.model.register_provider(OTHER, addr("other"))
+        self.model.fund_credit(addr("tenant"), [Coin("upwr", 10**9)])
         self.server = WebsocketServer(self.model, lambda: NodeStatus(1, T0, False), **server_args)
         self.server.start()
         self.deliveries: list[Delivery] = []
@@ -175,7 +178,7 @@ class Harness:
         """Subscribed ``sessions`` times and the Reconcile for it has arrived."""
         return self.inbox.wait_for(lambda msgs: sum(isinstance(m, Reconcile) for m in msgs) >= sessions)
 
-    def lease(self, provider=P, tenant="manifest1tenant"):
+    def lease(self, provider=P, tenant=addr("tenant")):
         return self.model.create_lease(tenant, provider, [LeaseItem("sku", 1, Coin("upwr", 1))])
 
     def close(self) -> None:
@@ -199,13 +202,13 @@ def test_lease_events_arrive_at_the_scheduler_after_a_reconcile(harness):
     assert harness.inbox.messages[0].source == "listener"
     lease = harness.lease()
     harness.clock.advance(timedelta(seconds=60))
-    harness.model.close_leases("manifest1prov", [lease.uuid], "done")
+    harness.model.close_leases(addr("prov"), [lease.uuid], "done")
     assert harness.inbox.wait_for(lambda msgs: len(msgs) >= 4)
     events = harness.inbox.events()
     assert [(e.kind, e.lease_uuid, e.tenant, e.provider_uuid, e.reason) for e in events] == [
-        ("created", lease.uuid, "manifest1tenant", P, ""),
-        ("acknowledged", lease.uuid, "manifest1tenant", P, ""),
-        ("closed", lease.uuid, "manifest1tenant", P, "done"),
+        ("created", lease.uuid, addr("tenant"), P, ""),
+        ("acknowledged", lease.uuid, addr("tenant"), P, ""),
+        ("closed", lease.uuid, addr("tenant"), P, "done"),
     ]
     assert events[0].height < events[1].height < events[2].height
     # Captures name the listener as the sender of everything the scheduler got.
@@ -217,13 +220,13 @@ def test_other_providers_events_arrive_only_as_credit_exhausted_auto_closes(harn
     harness.start_listener()
     assert harness.connected()
     harness.lease(provider=OTHER)  # not ours: not subscribed
-    harness.model.create_lease("manifest1poor", OTHER, [LeaseItem("sku", 1, Coin("upwr", 5))])
-    harness.model.fund_credit("manifest1poor", [Coin("upwr", 10)])
+    harness.model.fund_credit(addr("poor"), [Coin("upwr", 10)])
+    harness.model.create_lease(addr("poor"), OTHER, [LeaseItem("sku", 1, Coin("upwr", 5))])
     harness.clock.advance(timedelta(seconds=10))
-    harness.model.withdraw("manifest1other", provider_uuid=OTHER)  # exhausts manifest1poor
+    harness.model.withdraw(addr("other"), provider_uuid=OTHER)  # exhausts manifest1poor
     assert harness.inbox.wait_for(lambda msgs: len(msgs) >= 2)
     assert [(e.kind, e.tenant, e.provider_uuid) for e in harness.inbox.events()] == [
-        ("auto_closed", "manifest1poor", OTHER)
+        ("auto_closed", addr("poor"), OTHER)
     ]
 
 

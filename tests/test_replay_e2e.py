@@ -38,9 +38,13 @@ from runtime.clock import ManualClock, utc
 from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
 from sidecar.app import Sidecar
+from tests.support import addr, chain_model
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"  # [provider] uuid's default: the captured config names it
-OTHER = "5d1c2b3a-0f4e-4c6d-8b7a-9e8f7a6b5c4d"
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
+
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"  # [provider] uuid's default: the captured config names it
+OTHER = "019bbef3-b000-7002-bef5-ba743a73a80e"
 MS = timedelta(milliseconds=1)
 LISTENER = ListenerSettings(
     ping_interval=100 * MS, ping_timeout=500 * MS, close_timeout=200 * MS, open_timeout=timedelta(seconds=3),
@@ -60,10 +64,10 @@ class Live:
         self.clock = ManualClock(utc(2026, 3, 1))
         # No ledger: the books are not what this test replays (the ledger is an I/O endpoint).
         self.config = load_config(overrides={"scheduler": SETTINGS, "ledger": {"path": ""}})
-        self.model = BillingModel(self.clock)
-        self.model.register_provider(PROVIDER, "manifest1provider")
-        self.model.register_provider(OTHER, "manifest1other")
-        self.client = ModelChainClient(self.model, PROVIDER, "manifest1provider")
+        self.model = chain_model(self.clock)
+        self.model.register_provider(PROVIDER, addr("provider"))
+        self.model.register_provider(OTHER, addr("other"))
+        self.client = ModelChainClient(self.model, PROVIDER, addr("provider"))
         self.writer = CaptureWriter(
             CaptureSettings(directory=directory), clock_now=self.clock.now, config=self.config
         ).open()
@@ -110,22 +114,22 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def capture(tmp_path_factory):
+def capture(tmp_path_factory, chain_version):
     """One captured run, shared by the tests below (it takes a few seconds to make)."""
     live = Live(str(tmp_path_factory.mktemp("capture")))
     m, faults = live.model, live.client.faults
     try:
         live.connected(1)
-        m.fund_credit("manifest1healthy", [Coin("umfx", 10**9)])
-        m.create_lease("manifest1healthy", PROVIDER, item(2))
-        m.fund_credit("manifest1flaky", [Coin("umfx", 10**9)])
-        m.create_lease("manifest1flaky", PROVIDER, item(1))
-        m.fund_credit("manifest1drain", [Coin("umfx", 1_000)])
-        live.drain_lease = m.create_lease("manifest1drain", PROVIDER, item(1)).uuid
-        m.create_lease("manifest1drain", OTHER, item(100))  # uses the credit up, unsettled
+        m.fund_credit(addr("healthy"), [Coin("umfx", 10**9)])
+        m.create_lease(addr("healthy"), PROVIDER, item(2))
+        m.fund_credit(addr("flaky"), [Coin("umfx", 10**9)])
+        m.create_lease(addr("flaky"), PROVIDER, item(1))
+        m.fund_credit(addr("drain"), [Coin("umfx", 1_000)])
+        live.drain_lease = m.create_lease(addr("drain"), PROVIDER, item(1)).uuid
+        m.create_lease(addr("drain"), OTHER, item(100))  # uses the credit up, unsettled
         live.sidecar.withdraw_once()
         live.sidecar.start()
-        faults.fail_rate("credit_account", 1.0, only=frozenset({"manifest1flaky"}))
+        faults.fail_rate("credit_account", 1.0, only=frozenset({addr("flaky")}))
         live.run_for(15)
         assert live.server.drop_all() == 1  # the websocket drops; the listener reconnects and reconciles
         live.connected(2)
@@ -143,11 +147,12 @@ def _records(paths):
     return [e.record for e in CaptureReader(paths) if hasattr(e.record, "recipient")]
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_the_capture_holds_the_scenario(capture):
     paths, live = capture
     records = _records(paths)
     failed_reads = [r for r in records if isinstance(r.message, CreditReadFailed)]
-    assert len(failed_reads) >= 4 and {r.recipient for r in failed_reads} == {"tenant/manifest1flaky"}
+    assert len(failed_reads) >= 4 and {r.recipient for r in failed_reads} == {f"tenant/{addr('flaky')}"}
     batches = [r.message for r in records if isinstance(r.message, CloseBatchAnswered)]
     assert batches[0].error is not None and any(b.outcome and b.outcome.closed_count for b in batches[1:])
     reconciles = [r for r in records if isinstance(r.message, Reconcile) and r.sender == "listener"]
@@ -191,7 +196,7 @@ def test_a_changed_error_threshold_diverges_at_the_second_failed_read(capture):
     second = [r.seq for r in _records(paths) if isinstance(r.message, CreditReadFailed)][1]
     first = divergences[0]
     assert (first.kind, first.address, first.input_seq, first.first_seq) == (
-        "changed", "tenant/manifest1flaky", second, second)
+        "changed", f"tenant/{addr('flaky')}", second, second)
     assert "recheck_at: None -> " in first.detail
 
 
@@ -205,6 +210,7 @@ def _cli(paths, **extra):
     return status, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_two_replays_print_identical_bytes_and_the_timeline_tells_the_story(capture):
     paths, _ = capture
     first, second = _cli(paths), _cli(paths)
@@ -223,8 +229,8 @@ def _json_lines(text):
 
 
 @pytest.mark.parametrize("tenant, changes", [
-    ("manifest1drain", []),  # depletion, grace, a failed close and its retry
-    ("manifest1flaky", ["scheduler.credit_check_error_threshold=2"]),  # a divergence
+    (addr("drain"), []),  # depletion, grace, a failed close and its retry
+    (addr("flaky"), ["scheduler.credit_check_error_threshold=2"]),  # a divergence
 ])
 def test_a_replay_for_one_tenant_shows_what_the_whole_replay_shows_of_it(capture, tenant, changes):
     """--tenant leaves the other monitors out, and tells that tenant's story as the whole replay does."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,12 @@ def config(tmp_path: Path, mode: str, extra: str = "") -> Path:
     return path
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="fact 2.7: the sidecar takes CreditEstimate for a forecast counting unsettled accrual; "
+    "it counts none, so the draining tenants are closed by the chain's lazy auto-close, not by us "
+    "(issue: the sidecar is right on the real chain)",
+)
 def test_the_demo_runs_on_the_model_and_ends_with_a_summary(tmp_path: Path) -> None:
     out = run("--config", str(config(tmp_path, "model")), "--duration", "20m", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

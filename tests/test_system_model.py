@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import pytest
+
 import time
 from datetime import timedelta
 
 from chain.errors import ChainError
-from chain.model import CREDIT_EXHAUSTED
+from chain.model import CREDIT_EXHAUSTED_REASON
 from chain.model_client import ModelChainClient
 from messages.coins import Coin
 from runtime.dispatch import ThreadedDispatcher
 from runtime.clock import RealClock
 from sidecar.app import Sidecar
-from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, item, settings, world
+from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, settings, world
+
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
 
 
 def credit_used_up_elsewhere(w, ours: int = 1):  # type: ignore[no-untyped-def]
     """t1 with ``ours`` leases of ours and a costly one of another provider that uses its
     credit up without settling; the sidecar runs and has just seen the credit gone.
     Returns (our leases, the other provider's lease)."""
-    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
-    leases = [w.model.create_lease("t1", PROVIDER, [item(1)]) for _ in range(ours)]
-    other = w.model.create_lease("t1", OTHER, [item(100)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 1_000)])
+    leases = [w.model.create_lease(addr("t1"), PROVIDER, [item(1)]) for _ in range(ours)]
+    other = w.model.create_lease(addr("t1"), OTHER, [item(100)])
     w.sidecar.withdraw_once()
     w.sidecar.start()
     w.run_for(15)  # 1,500 accrued elsewhere > 1,000: credit gone counting unsettled accrual
@@ -30,54 +35,58 @@ def credit_used_up_elsewhere(w, ours: int = 1):  # type: ignore[no-untyped-def]
     return leases, other
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
 def test_paged_withdraw_drains_every_lease_through_the_cursor(clock) -> None:
     w = world(clock, withdraw_limit=2)
-    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
-    leases = [w.model.create_lease("t1", PROVIDER, [item(3)]) for _ in range(5)]
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**9)])
+    leases = [w.model.create_lease(addr("t1"), PROVIDER, [item(3)]) for _ in range(5)]
     clock.advance(100)
     assert w.sidecar.withdraw_once()
     assert w.client.calls["withdraw_by_provider"] == 3  # 2 + 2 + 1
-    assert w.model.balance("t1")["umfx"] == 10**9 - 5 * 300
+    assert w.model.balance(addr("t1"))["umfx"] == 10**9 - 5 * 300
     for lease in leases:
         assert w.model.lease(lease.uuid).last_settled_at == clock.now()
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
 def test_withdraw_stops_at_the_page_bound(clock) -> None:
     w = world(clock, withdraw_limit=2, max_withdraw_iterations=2)
-    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**9)])
     for _ in range(5):
-        w.model.create_lease("t1", PROVIDER, [item(3)])
+        w.model.create_lease(addr("t1"), PROVIDER, [item(3)])
     clock.advance(100)
     w.sidecar.withdraw_once()
     assert w.client.calls["withdraw_by_provider"] == 2
-    assert w.model.balance("t1")["umfx"] == 10**9 - 4 * 300  # one lease left for the next cycle
+    assert w.model.balance(addr("t1"))["umfx"] == 10**9 - 4 * 300  # one lease left for the next cycle
 
 
+@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
 def test_an_error_mid_pages_ends_the_withdraw_after_retries_and_the_check_goes_on(clock) -> None:
     w = world(clock, withdraw_limit=2, max_retries=3)
-    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**9)])
     for _ in range(5):
-        w.model.create_lease("t1", PROVIDER, [item(3)])
+        w.model.create_lease(addr("t1"), PROVIDER, [item(3)])
     clock.advance(100)
     w.client.faults.fail("withdraw_by_provider", times=3, after=1)
     w.sidecar.trigger_withdraw()
     w.run_for(30)  # backoff 1 s + 2 s
     assert w.client.calls["withdraw_by_provider"] == 4  # page 1, then page 2 three times
-    assert w.model.balance("t1")["umfx"] == 10**9 - 2 * 300
+    assert w.model.balance(addr("t1"))["umfx"] == 10**9 - 2 * 300
     assert w.client.calls["credit_account"] == 1  # the credit check still ran
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_exhausted_tenant_is_closed_after_the_grace_window_and_not_before(clock) -> None:
     w = world(clock)
     (ours,), _ = credit_used_up_elsewhere(w)
-    zero_since = w.sidecar.scheduler_core.tenants["t1"].recheck_at
+    zero_since = w.sidecar.scheduler_core.tenants[addr("t1")].recheck_at
     assert zero_since is not None
     w.run_for(4 * 60)
     assert w.model.lease(ours.uuid).state == "ACTIVE"
     w.run_for(70)
     closed = w.model.lease(ours.uuid)
     assert closed.state == "CLOSED" and closed.closure_reason == "credit depleted"
-    assert "t1" not in w.sidecar.scheduler_core.tenants
+    assert addr("t1") not in w.sidecar.scheduler_core.tenants
 
 
 def test_recovery_during_the_window_keeps_the_leases(clock) -> None:
@@ -85,11 +94,12 @@ def test_recovery_during_the_window_keeps_the_leases(clock) -> None:
     (ours,), other = credit_used_up_elsewhere(w)
     w.run_for(59)
     w.model.close_leases(OTHER_ADDRESS, [other.uuid])  # settles what it owed
-    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**9)])
     w.run_for(10 * 60)
     assert w.model.lease(ours.uuid).state == "ACTIVE"
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_failed_close_is_retried_at_the_next_check_without_a_new_window(clock) -> None:
     w = world(clock)
     (ours,), _ = credit_used_up_elsewhere(w)
@@ -104,8 +114,8 @@ def test_failed_close_is_retried_at_the_next_check_without_a_new_window(clock) -
 
 def test_failing_reads_schedule_early_rechecks_and_close_nothing(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 10**9)])
-    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**9)])
+    ours = w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
     w.client.faults.fail_rate("credit_account", 1.0)
     w.sidecar.withdraw_once()
     w.sidecar.start()
@@ -121,31 +131,32 @@ def test_failing_reads_schedule_early_rechecks_and_close_nothing(clock) -> None:
     assert w.model.lease(ours.uuid).state == "ACTIVE"
     w.client.faults.clear()
     w.run_for(30)
-    assert w.sidecar.scheduler_core.tenants["t1"].recheck_at is None  # a good read ends the streak
+    assert w.sidecar.scheduler_core.tenants[addr("t1")].recheck_at is None  # a good read ends the streak
 
 
 def test_huge_balance_with_a_tiny_burn_does_not_overflow(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 2**250)])
-    w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 2**250)])
+    w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
     w.sidecar.withdraw_once()
     w.sidecar.start()
     w.run_for(3 * 3600)
-    dep = w.sidecar.scheduler_core.tenants["t1"].depletion_at
+    dep = w.sidecar.scheduler_core.tenants[addr("t1")].depletion_at
     assert dep is not None and dep.year < 2100
 
 
+@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_batch_with_an_already_closed_lease_still_closes_the_rest(clock) -> None:
     w = world(clock, events=False)
-    w.model.fund_credit("t1", [Coin("umfx", 1_000)])
-    a = w.model.create_lease("t1", PROVIDER, [item(1)])
-    b = w.model.create_lease("t1", PROVIDER, [item(1)])
-    w.model.create_lease("t1", OTHER, [item(100)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 1_000)])
+    a = w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
+    b = w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
+    w.model.create_lease(addr("t1"), OTHER, [item(100)])
     original = ModelChainClient.close_leases
 
     def close_after_tenant_closed_one(self, lease_uuids, reason):  # type: ignore[no-untyped-def]
         if w.model.lease(a.uuid).state == "ACTIVE":
-            w.model.close_leases("t1", [a.uuid], "tenant left")  # the tenant beats us to it
+            w.model.close_leases(addr("t1"), [a.uuid], "tenant left")  # the tenant beats us to it
         return original(self, lease_uuids, reason)
 
     w.client.close_leases = close_after_tenant_closed_one.__get__(w.client)  # type: ignore[method-assign]
@@ -160,9 +171,9 @@ def test_batch_with_an_already_closed_lease_still_closes_the_rest(clock) -> None
 
 def test_another_providers_auto_close_triggers_our_withdraw_and_our_leases_close(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 10_000)])
-    ours = w.model.create_lease("t1", PROVIDER, [item(1)])
-    w.model.create_lease("t1", OTHER, [item(100)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10_000)])
+    ours = w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
+    w.model.create_lease(addr("t1"), OTHER, [item(100)])
     w.sidecar.withdraw_once()
     w.sidecar.start()
     clock.advance(200)  # 20,000 accrued at the other provider
@@ -171,8 +182,8 @@ def test_another_providers_auto_close_triggers_our_withdraw_and_our_leases_close
     w.sidecar.settle()
     assert w.client.calls["withdraw_by_provider"] == withdraws + 1  # triggered, not waiting an hour
     lease = w.model.lease(ours.uuid)
-    assert lease.state == "CLOSED" and lease.closure_reason == CREDIT_EXHAUSTED
-    assert "t1" not in w.sidecar.scheduler_core.tenants
+    assert lease.state == "CLOSED" and lease.closure_reason == CREDIT_EXHAUSTED_REASON
+    assert addr("t1") not in w.sidecar.scheduler_core.tenants
 
 
 def test_new_lease_event_starts_a_monitor_at_once(clock) -> None:
@@ -180,16 +191,16 @@ def test_new_lease_event_starts_a_monitor_at_once(clock) -> None:
     w.sidecar.withdraw_once()
     w.sidecar.start()
     assert w.sidecar.tenant_count() == 0
-    w.model.fund_credit("t5", [Coin("umfx", 10**6)])
-    w.model.create_lease("t5", PROVIDER, [item(1)])
+    w.model.fund_credit(addr("t5"), [Coin("umfx", 10**6)])
+    w.model.create_lease(addr("t5"), PROVIDER, [item(1)])
     w.sidecar.settle()
     assert w.sidecar.tenant_count() == 1
 
 
 def test_trigger_after_stop_is_ignored_and_stop_ends_start(clock) -> None:
     w = world(clock)
-    w.model.fund_credit("t1", [Coin("umfx", 10**6)])
-    w.model.create_lease("t1", PROVIDER, [item(1)])
+    w.model.fund_credit(addr("t1"), [Coin("umfx", 10**6)])
+    w.model.create_lease(addr("t1"), PROVIDER, [item(1)])
     w.sidecar.start()
     w.sidecar.stop()
     assert w.sidecar.trigger_withdraw() is False
@@ -204,10 +215,10 @@ def test_stop_releases_a_stalled_chain_call_promptly() -> None:
     dispatcher = ThreadedDispatcher(clock.now, workers=2)
     from chain.model import BillingModel
 
-    model = BillingModel(clock)
+    model = chain_model(clock)
     model.register_provider(PROVIDER, PROVIDER_ADDRESS)
-    model.fund_credit("t1", [Coin("umfx", 10**6)])
-    model.create_lease("t1", PROVIDER, [item(1)])
+    model.fund_credit(addr("t1"), [Coin("umfx", 10**6)])
+    model.create_lease(addr("t1"), PROVIDER, [item(1)])
     client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
     client.faults.stall("withdraw_by_provider")
     sidecar = Sidecar(

@@ -31,7 +31,7 @@ from ledger.tick import (
 )
 from runtime.clock import ManualClock, utc
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 FEB = Month(2026, 2)
 MAR = Month(2026, 3)
 GRACE = 24

@@ -17,10 +17,13 @@ from devnet.websocket_server import WebsocketServer
 from messages.chain import LeaseItem, NodeStatus
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
-from tests.support import eventually as poll
+from tests.support import addr, chain_model, eventually as poll
 
-P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"
+#: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
+pytestmark = pytest.mark.usefixtures("chain_version")
+
+P = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER = "019bbef3-b000-73ca-8297-85d4d17d0ec4"
 T0 = utc(2026, 3, 1)
 RECV = 5.0  # seconds a test waits for a frame that must come
 
@@ -28,17 +31,17 @@ RECV = 5.0  # seconds a test waits for a frame that must come
 class World:
     def __init__(self, **server_args) -> None:
         self.clock = ManualClock(T0)
-        self.model = BillingModel(self.clock)
-        self.model.register_provider(P, "manifest1prov")
-        self.model.register_provider(OTHER, "manifest1other")
-        self.model.fund_credit("manifest1tenant", [Coin("upwr", 1_000_000)])
+        self.model = chain_model(self.clock)
+        self.model.register_provider(P, addr("prov"))
+        self.model.register_provider(OTHER, addr("other"))
+        self.model.fund_credit(addr("tenant"), [Coin("upwr", 1_000_000)])
         self.txs: list[TxEvents] = []
         self.model.subscribe(self.txs.append)
         self.status = NodeStatus(42, T0, False)
         self.server = WebsocketServer(self.model, lambda: self.status, **server_args)
         self.server.start()
 
-    def lease(self, provider=P, tenant="manifest1tenant"):
+    def lease(self, provider=P, tenant=addr("tenant")):
         return self.model.create_lease(tenant, provider, [LeaseItem("sku", 1, Coin("upwr", 1))])
 
 
@@ -68,10 +71,10 @@ def test_subscribe_then_a_tx_arrives_in_the_exact_cometbft_shape(world):
         subscribe(ws, query, rid=7)
         lease = world.lease()
         world.clock.advance(timedelta(seconds=30))
-        world.model.close_leases("manifest1prov", [lease.uuid], "done")
+        world.model.close_leases(addr("prov"), [lease.uuid], "done")
         frame = json.loads(ws.recv(timeout=RECV))
     tx = world.txs[-1]
-    assert [e.type for e in tx.events] == ["lease_closed", "batch_closed"]
+    assert [e.type for e in tx.events] == ["message", "lease_closed"]  # one lease: no batch_closed (3)
     expected_events = [
         {"type": e.type, "attributes": [{"key": k, "value": v, "index": True} for k, v in e.attributes]}
         for e in tx.events
@@ -128,10 +131,10 @@ def test_only_matching_txs_arrive_and_a_tx_matching_two_subscriptions_arrives_tw
         assert acknowledged["id"] == 2
         assert acknowledged["result"]["events"]["lease_acknowledged.lease_uuid"] == [ours.uuid]
         # Another provider's auto-close matches the credit_exhausted subscription (id 5) only.
-        world.model.create_lease("manifest1poor", OTHER, [LeaseItem("sku", 1, Coin("upwr", 5))])
-        world.model.fund_credit("manifest1poor", [Coin("upwr", 10)])
+        world.model.fund_credit(addr("poor"), [Coin("upwr", 10)])
+        world.model.create_lease(addr("poor"), OTHER, [LeaseItem("sku", 1, Coin("upwr", 5))])
         world.clock.advance(timedelta(seconds=10))
-        world.model.withdraw("manifest1other", provider_uuid=OTHER)
+        world.model.withdraw(addr("other"), provider_uuid=OTHER)
         frame = json.loads(ws.recv(timeout=RECV))
         assert frame["id"] == 5
         assert frame["result"]["events"]["lease_auto_closed.provider_uuid"] == [OTHER]
@@ -337,7 +340,7 @@ def test_raw_frames_can_be_injected_and_the_server_restarts_cleanly(world):
 
 
 def test_bad_constructor_arguments_are_refused():
-    model = BillingModel(ManualClock(T0))
+    model = chain_model(ManualClock(T0))
     with pytest.raises(ValueError, match="max_subscriptions"):
         WebsocketServer(model, lambda: None, max_subscriptions=0)  # type: ignore[arg-type,return-value]
     with pytest.raises(ValueError, match="slow_client_queue"):

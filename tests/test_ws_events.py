@@ -13,11 +13,11 @@ from chain.ws_events import MalformedFrame, Reply, SeenEvents, TxFrame, decode_f
 from messages.coins import Coin
 from messages.lease_events import LeaseEvent
 
-P = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
-OTHER = "7d1f0c2a-3b4e-4f5a-8b6c-9d0e1f2a3b4c"
-L1 = "11111111-1111-4111-8111-111111111111"
-L2 = "22222222-2222-4222-8222-222222222222"
-L3 = "33333333-3333-4333-8333-333333333333"
+P = "019bbef3-b000-7001-b950-1b66216ca536"
+OTHER = "019bbef3-b000-73ca-8297-85d4d17d0ec4"
+L1 = "019bbef3-b000-7bd7-ab91-fa086c2e5d90"
+L2 = "019bbef3-b000-7b45-a01f-9bc572f64764"
+L3 = "019bbef3-b000-7f62-9943-6d6e6a08e539"
 TX_HASH = "A1" * 32
 
 

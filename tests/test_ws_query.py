@@ -13,7 +13,7 @@ from chain.ws_query import (
     validate_provider_uuid,
 )
 
-PROVIDER = "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10"
+PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 
 
 def test_provider_queries_are_the_five_subscriptions_of_chain_md():

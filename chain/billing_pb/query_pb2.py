@@ -27,7 +27,7 @@ from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2 as cosmos_dot
 from chain.billing_pb import types_pb2 as liftedinit_dot_billing_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!liftedinit/billing/v1/query.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a*cosmos/base/query/v1beta1/pagination.proto\x1a!liftedinit/billing/v1/types.proto\"\'\n\x11QueryLeaseRequest\x12\x12\n\nlease_uuid\x18\x01 \x01(\t\"A\n\x12QueryLeaseResponse\x12+\n\x05lease\x18\x01 \x01(\x0b\x32\x1c.liftedinit.billing.v1.Lease\"\xaa\x01\n\x1cQueryLeasesByProviderRequest\x12\x15\n\rprovider_uuid\x18\x01 \x01(\t\x12:\n\npagination\x18\x02 \x01(\x0b\x32&.cosmos.base.query.v1beta1.PageRequest\x12\x37\n\x0cstate_filter\x18\x03 \x01(\x0e\x32!.liftedinit.billing.v1.LeaseState\"\x8a\x01\n\x1dQueryLeasesByProviderResponse\x12,\n\x06leases\x18\x01 \x03(\x0b\x32\x1c.liftedinit.billing.v1.Lease\x12;\n\npagination\x18\x02 \x01(\x0b\x32\'.cosmos.base.query.v1beta1.PageResponse\"+\n\x19QueryCreditAccountRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\x87\x01\n\x1aQueryCreditAccountResponse\x12<\n\x0e\x63redit_account\x18\x01 \x01(\x0b\x32$.liftedinit.billing.v1.CreditAccount\x12+\n\x08\x62\x61lances\x18\x02 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\"H\n QueryProviderWithdrawableRequest\x12\x15\n\rprovider_uuid\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x04\"d\n!QueryProviderWithdrawableResponse\x12*\n\x07\x61mounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x13\n\x0blease_count\x18\x02 \x01(\x04\",\n\x1aQueryCreditEstimateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xcb\x01\n\x1bQueryCreditEstimateResponse\x12\x32\n\x0f\x63urrent_balance\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x38\n\x15total_rate_per_second\x18\x02 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\"\n\x1a\x65stimated_duration_seconds\x18\x03 \x01(\x04\x12\x1a\n\x12\x61\x63tive_lease_count\x18\x04 \x01(\x04\x32\xdf\x04\n\x05Query\x12\\\n\x05Lease\x12(.liftedinit.billing.v1.QueryLeaseRequest\x1a).liftedinit.billing.v1.QueryLeaseResponse\x12}\n\x10LeasesByProvider\x12\x33.liftedinit.billing.v1.QueryLeasesByProviderRequest\x1a\x34.liftedinit.billing.v1.QueryLeasesByProviderResponse\x12t\n\rCreditAccount\x12\x30.liftedinit.billing.v1.QueryCreditAccountRequest\x1a\x31.liftedinit.billing.v1.QueryCreditAccountResponse\x12\x89\x01\n\x14ProviderWithdrawable\x12\x37.liftedinit.billing.v1.QueryProviderWithdrawableRequest\x1a\x38.liftedinit.billing.v1.QueryProviderWithdrawableResponse\x12w\n\x0e\x43reditEstimate\x12\x31.liftedinit.billing.v1.QueryCreditEstimateRequest\x1a\x32.liftedinit.billing.v1.QueryCreditEstimateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!liftedinit/billing/v1/query.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a*cosmos/base/query/v1beta1/pagination.proto\x1a!liftedinit/billing/v1/types.proto\"\'\n\x11QueryLeaseRequest\x12\x12\n\nlease_uuid\x18\x01 \x01(\t\"A\n\x12QueryLeaseResponse\x12+\n\x05lease\x18\x01 \x01(\x0b\x32\x1c.liftedinit.billing.v1.Lease\"\xa1\x01\n\x1aQueryLeasesByTenantRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12:\n\npagination\x18\x02 \x01(\x0b\x32&.cosmos.base.query.v1beta1.PageRequest\x12\x37\n\x0cstate_filter\x18\x03 \x01(\x0e\x32!.liftedinit.billing.v1.LeaseState\"\x88\x01\n\x1bQueryLeasesByTenantResponse\x12,\n\x06leases\x18\x01 \x03(\x0b\x32\x1c.liftedinit.billing.v1.Lease\x12;\n\npagination\x18\x02 \x01(\x0b\x32\'.cosmos.base.query.v1beta1.PageResponse\"\xaa\x01\n\x1cQueryLeasesByProviderRequest\x12\x15\n\rprovider_uuid\x18\x01 \x01(\t\x12:\n\npagination\x18\x02 \x01(\x0b\x32&.cosmos.base.query.v1beta1.PageRequest\x12\x37\n\x0cstate_filter\x18\x03 \x01(\x0e\x32!.liftedinit.billing.v1.LeaseState\"\x8a\x01\n\x1dQueryLeasesByProviderResponse\x12,\n\x06leases\x18\x01 \x03(\x0b\x32\x1c.liftedinit.billing.v1.Lease\x12;\n\npagination\x18\x02 \x01(\x0b\x32\'.cosmos.base.query.v1beta1.PageResponse\"g\n\x19QueryCreditAccountRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12:\n\npagination\x18\x02 \x01(\x0b\x32&.cosmos.base.query.v1beta1.PageRequest\"\xfb\x01\n\x1aQueryCreditAccountResponse\x12<\n\x0e\x63redit_account\x18\x01 \x01(\x0b\x32$.liftedinit.billing.v1.CreditAccount\x12+\n\x08\x62\x61lances\x18\x02 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x35\n\x12\x61vailable_balances\x18\x03 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12;\n\npagination\x18\x04 \x01(\x0b\x32\'.cosmos.base.query.v1beta1.PageResponse\"+\n\x19QueryCreditAddressRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"4\n\x1aQueryCreditAddressResponse\x12\x16\n\x0e\x63redit_address\x18\x01 \x01(\t\"4\n\x1eQueryWithdrawableAmountRequest\x12\x12\n\nlease_uuid\x18\x01 \x01(\t\"M\n\x1fQueryWithdrawableAmountResponse\x12*\n\x07\x61mounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\"\x84\x01\n QueryProviderWithdrawableRequest\x12\x15\n\rprovider_uuid\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x04\x12:\n\npagination\x18\x03 \x01(\x0b\x32&.cosmos.base.query.v1beta1.PageRequest\"\xcf\x01\n!QueryProviderWithdrawableResponse\x12*\n\x07\x61mounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x13\n\x0blease_count\x18\x02 \x01(\x04\x12\x10\n\x08has_more\x18\x03 \x01(\x08\x12;\n\npagination\x18\x04 \x01(\x0b\x32\'.cosmos.base.query.v1beta1.PageResponse\x12\x1a\n\x12\x66\x61iled_lease_uuids\x18\x05 \x03(\t\",\n\x1aQueryCreditEstimateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xcb\x01\n\x1bQueryCreditEstimateResponse\x12\x32\n\x0f\x63urrent_balance\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x38\n\x15total_rate_per_second\x18\x02 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\"\n\x1a\x65stimated_duration_seconds\x18\x03 \x01(\x04\x12\x1a\n\x12\x61\x63tive_lease_count\x18\x04 \x01(\x04\x32\xd4\x07\n\x05Query\x12\\\n\x05Lease\x12(.liftedinit.billing.v1.QueryLeaseRequest\x1a).liftedinit.billing.v1.QueryLeaseResponse\x12w\n\x0eLeasesByTenant\x12\x31.liftedinit.billing.v1.QueryLeasesByTenantRequest\x1a\x32.liftedinit.billing.v1.QueryLeasesByTenantResponse\x12}\n\x10LeasesByProvider\x12\x33.liftedinit.billing.v1.QueryLeasesByProviderRequest\x1a\x34.liftedinit.billing.v1.QueryLeasesByProviderResponse\x12t\n\rCreditAccount\x12\x30.liftedinit.billing.v1.QueryCreditAccountRequest\x1a\x31.liftedinit.billing.v1.QueryCreditAccountResponse\x12t\n\rCreditAddress\x12\x30.liftedinit.billing.v1.QueryCreditAddressRequest\x1a\x31.liftedinit.billing.v1.QueryCreditAddressResponse\x12\x83\x01\n\x12WithdrawableAmount\x12\x35.liftedinit.billing.v1.QueryWithdrawableAmountRequest\x1a\x36.liftedinit.billing.v1.QueryWithdrawableAmountResponse\x12\x89\x01\n\x14ProviderWithdrawable\x12\x37.liftedinit.billing.v1.QueryProviderWithdrawableRequest\x1a\x38.liftedinit.billing.v1.QueryProviderWithdrawableResponse\x12w\n\x0e\x43reditEstimate\x12\x31.liftedinit.billing.v1.QueryCreditEstimateRequest\x1a\x32.liftedinit.billing.v1.QueryCreditEstimateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,22 +38,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUERYLEASEREQUEST']._serialized_end=210
   _globals['_QUERYLEASERESPONSE']._serialized_start=212
   _globals['_QUERYLEASERESPONSE']._serialized_end=277
-  _globals['_QUERYLEASESBYPROVIDERREQUEST']._serialized_start=280
-  _globals['_QUERYLEASESBYPROVIDERREQUEST']._serialized_end=450
-  _globals['_QUERYLEASESBYPROVIDERRESPONSE']._serialized_start=453
-  _globals['_QUERYLEASESBYPROVIDERRESPONSE']._serialized_end=591
-  _globals['_QUERYCREDITACCOUNTREQUEST']._serialized_start=593
-  _globals['_QUERYCREDITACCOUNTREQUEST']._serialized_end=636
-  _globals['_QUERYCREDITACCOUNTRESPONSE']._serialized_start=639
-  _globals['_QUERYCREDITACCOUNTRESPONSE']._serialized_end=774
-  _globals['_QUERYPROVIDERWITHDRAWABLEREQUEST']._serialized_start=776
-  _globals['_QUERYPROVIDERWITHDRAWABLEREQUEST']._serialized_end=848
-  _globals['_QUERYPROVIDERWITHDRAWABLERESPONSE']._serialized_start=850
-  _globals['_QUERYPROVIDERWITHDRAWABLERESPONSE']._serialized_end=950
-  _globals['_QUERYCREDITESTIMATEREQUEST']._serialized_start=952
-  _globals['_QUERYCREDITESTIMATEREQUEST']._serialized_end=996
-  _globals['_QUERYCREDITESTIMATERESPONSE']._serialized_start=999
-  _globals['_QUERYCREDITESTIMATERESPONSE']._serialized_end=1202
-  _globals['_QUERY']._serialized_start=1205
-  _globals['_QUERY']._serialized_end=1812
+  _globals['_QUERYLEASESBYTENANTREQUEST']._serialized_start=280
+  _globals['_QUERYLEASESBYTENANTREQUEST']._serialized_end=441
+  _globals['_QUERYLEASESBYTENANTRESPONSE']._serialized_start=444
+  _globals['_QUERYLEASESBYTENANTRESPONSE']._serialized_end=580
+  _globals['_QUERYLEASESBYPROVIDERREQUEST']._serialized_start=583
+  _globals['_QUERYLEASESBYPROVIDERREQUEST']._serialized_end=753
+  _globals['_QUERYLEASESBYPROVIDERRESPONSE']._serialized_start=756
+  _globals['_QUERYLEASESBYPROVIDERRESPONSE']._serialized_end=894
+  _globals['_QUERYCREDITACCOUNTREQUEST']._serialized_start=896
+  _globals['_QUERYCREDITACCOUNTREQUEST']._serialized_end=999
+  _globals['_QUERYCREDITACCOUNTRESPONSE']._serialized_start=1002
+  _globals['_QUERYCREDITACCOUNTRESPONSE']._serialized_end=1253
+  _globals['_QUERYCREDITADDRESSREQUEST']._serialized_start=1255
+  _globals['_QUERYCREDITADDRESSREQUEST']._serialized_end=1298
+  _globals['_QUERYCREDITADDRESSRESPONSE']._serialized_start=1300
+  _globals['_QUERYCREDITADDRESSRESPONSE']._serialized_end=1352
+  _globals['_QUERYWITHDRAWABLEAMOUNTREQUEST']._serialized_start=1354
+  _globals['_QUERYWITHDRAWABLEAMOUNTREQUEST']._serialized_end=1406
+  _globals['_QUERYWITHDRAWABLEAMOUNTRESPONSE']._serialized_start=1408
+  _globals['_QUERYWITHDRAWABLEAMOUNTRESPONSE']._serialized_end=1485
+  _globals['_QUERYPROVIDERWITHDRAWABLEREQUEST']._serialized_start=1488
+  _globals['_QUERYPROVIDERWITHDRAWABLEREQUEST']._serialized_end=1620
+  _globals['_QUERYPROVIDERWITHDRAWABLERESPONSE']._serialized_start=1623
+  _globals['_QUERYPROVIDERWITHDRAWABLERESPONSE']._serialized_end=1830
+  _globals['_QUERYCREDITESTIMATEREQUEST']._serialized_start=1832
+  _globals['_QUERYCREDITESTIMATEREQUEST']._serialized_end=1876
+  _globals['_QUERYCREDITESTIMATERESPONSE']._serialized_start=1879
+  _globals['_QUERYCREDITESTIMATERESPONSE']._serialized_end=2082
+  _globals['_QUERY']._serialized_start=2085
+  _globals['_QUERY']._serialized_end=3065
 # @@protoc_insertion_point(module_scope)

@@ -20,6 +20,24 @@ class QueryLeaseResponse(_message.Message):
     lease: _types_pb2.Lease
     def __init__(self, lease: _Optional[_Union[_types_pb2.Lease, _Mapping]] = ...) -> None: ...
 
+class QueryLeasesByTenantRequest(_message.Message):
+    __slots__ = ("tenant", "pagination", "state_filter")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FILTER_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    pagination: _pagination_pb2.PageRequest
+    state_filter: _types_pb2.LeaseState
+    def __init__(self, tenant: _Optional[str] = ..., pagination: _Optional[_Union[_pagination_pb2.PageRequest, _Mapping]] = ..., state_filter: _Optional[_Union[_types_pb2.LeaseState, str]] = ...) -> None: ...
+
+class QueryLeasesByTenantResponse(_message.Message):
+    __slots__ = ("leases", "pagination")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[_types_pb2.Lease]
+    pagination: _pagination_pb2.PageResponse
+    def __init__(self, leases: _Optional[_Iterable[_Union[_types_pb2.Lease, _Mapping]]] = ..., pagination: _Optional[_Union[_pagination_pb2.PageResponse, _Mapping]] = ...) -> None: ...
+
 class QueryLeasesByProviderRequest(_message.Message):
     __slots__ = ("provider_uuid", "pagination", "state_filter")
     PROVIDER_UUID_FIELD_NUMBER: _ClassVar[int]
@@ -39,34 +57,72 @@ class QueryLeasesByProviderResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[_types_pb2.Lease, _Mapping]]] = ..., pagination: _Optional[_Union[_pagination_pb2.PageResponse, _Mapping]] = ...) -> None: ...
 
 class QueryCreditAccountRequest(_message.Message):
+    __slots__ = ("tenant", "pagination")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    pagination: _pagination_pb2.PageRequest
+    def __init__(self, tenant: _Optional[str] = ..., pagination: _Optional[_Union[_pagination_pb2.PageRequest, _Mapping]] = ...) -> None: ...
+
+class QueryCreditAccountResponse(_message.Message):
+    __slots__ = ("credit_account", "balances", "available_balances", "pagination")
+    CREDIT_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    BALANCES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_BALANCES_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    credit_account: _types_pb2.CreditAccount
+    balances: _containers.RepeatedCompositeFieldContainer[_coin_pb2.Coin]
+    available_balances: _containers.RepeatedCompositeFieldContainer[_coin_pb2.Coin]
+    pagination: _pagination_pb2.PageResponse
+    def __init__(self, credit_account: _Optional[_Union[_types_pb2.CreditAccount, _Mapping]] = ..., balances: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., available_balances: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., pagination: _Optional[_Union[_pagination_pb2.PageResponse, _Mapping]] = ...) -> None: ...
+
+class QueryCreditAddressRequest(_message.Message):
     __slots__ = ("tenant",)
     TENANT_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
-class QueryCreditAccountResponse(_message.Message):
-    __slots__ = ("credit_account", "balances")
-    CREDIT_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
-    BALANCES_FIELD_NUMBER: _ClassVar[int]
-    credit_account: _types_pb2.CreditAccount
-    balances: _containers.RepeatedCompositeFieldContainer[_coin_pb2.Coin]
-    def __init__(self, credit_account: _Optional[_Union[_types_pb2.CreditAccount, _Mapping]] = ..., balances: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ...) -> None: ...
+class QueryCreditAddressResponse(_message.Message):
+    __slots__ = ("credit_address",)
+    CREDIT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    credit_address: str
+    def __init__(self, credit_address: _Optional[str] = ...) -> None: ...
+
+class QueryWithdrawableAmountRequest(_message.Message):
+    __slots__ = ("lease_uuid",)
+    LEASE_UUID_FIELD_NUMBER: _ClassVar[int]
+    lease_uuid: str
+    def __init__(self, lease_uuid: _Optional[str] = ...) -> None: ...
+
+class QueryWithdrawableAmountResponse(_message.Message):
+    __slots__ = ("amounts",)
+    AMOUNTS_FIELD_NUMBER: _ClassVar[int]
+    amounts: _containers.RepeatedCompositeFieldContainer[_coin_pb2.Coin]
+    def __init__(self, amounts: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ...) -> None: ...
 
 class QueryProviderWithdrawableRequest(_message.Message):
-    __slots__ = ("provider_uuid", "limit")
+    __slots__ = ("provider_uuid", "limit", "pagination")
     PROVIDER_UUID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
     provider_uuid: str
     limit: int
-    def __init__(self, provider_uuid: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    pagination: _pagination_pb2.PageRequest
+    def __init__(self, provider_uuid: _Optional[str] = ..., limit: _Optional[int] = ..., pagination: _Optional[_Union[_pagination_pb2.PageRequest, _Mapping]] = ...) -> None: ...
 
 class QueryProviderWithdrawableResponse(_message.Message):
-    __slots__ = ("amounts", "lease_count")
+    __slots__ = ("amounts", "lease_count", "has_more", "pagination", "failed_lease_uuids")
     AMOUNTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    FAILED_LEASE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     amounts: _containers.RepeatedCompositeFieldContainer[_coin_pb2.Coin]
     lease_count: int
-    def __init__(self, amounts: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., lease_count: _Optional[int] = ...) -> None: ...
+    has_more: bool
+    pagination: _pagination_pb2.PageResponse
+    failed_lease_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, amounts: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., lease_count: _Optional[int] = ..., has_more: bool = ..., pagination: _Optional[_Union[_pagination_pb2.PageResponse, _Mapping]] = ..., failed_lease_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueryCreditEstimateRequest(_message.Message):
     __slots__ = ("tenant",)

@@ -39,6 +39,11 @@ class QueryStub(object):
                 request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseRequest.SerializeToString,
                 response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseResponse.FromString,
                 _registered_method=True)
+        self.LeasesByTenant = channel.unary_unary(
+                '/liftedinit.billing.v1.Query/LeasesByTenant',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantRequest.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantResponse.FromString,
+                _registered_method=True)
         self.LeasesByProvider = channel.unary_unary(
                 '/liftedinit.billing.v1.Query/LeasesByProvider',
                 request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByProviderRequest.SerializeToString,
@@ -48,6 +53,16 @@ class QueryStub(object):
                 '/liftedinit.billing.v1.Query/CreditAccount',
                 request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountRequest.SerializeToString,
                 response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountResponse.FromString,
+                _registered_method=True)
+        self.CreditAddress = channel.unary_unary(
+                '/liftedinit.billing.v1.Query/CreditAddress',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressRequest.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressResponse.FromString,
+                _registered_method=True)
+        self.WithdrawableAmount = channel.unary_unary(
+                '/liftedinit.billing.v1.Query/WithdrawableAmount',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountRequest.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountResponse.FromString,
                 _registered_method=True)
         self.ProviderWithdrawable = channel.unary_unary(
                 '/liftedinit.billing.v1.Query/ProviderWithdrawable',
@@ -70,6 +85,12 @@ class QueryServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeasesByTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LeasesByProvider(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -77,6 +98,18 @@ class QueryServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def CreditAccount(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreditAddress(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawableAmount(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,6 +135,11 @@ def add_QueryServicer_to_server(servicer, server):
                     request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseRequest.FromString,
                     response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseResponse.SerializeToString,
             ),
+            'LeasesByTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeasesByTenant,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantRequest.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantResponse.SerializeToString,
+            ),
             'LeasesByProvider': grpc.unary_unary_rpc_method_handler(
                     servicer.LeasesByProvider,
                     request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByProviderRequest.FromString,
@@ -111,6 +149,16 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.CreditAccount,
                     request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountRequest.FromString,
                     response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountResponse.SerializeToString,
+            ),
+            'CreditAddress': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreditAddress,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressRequest.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressResponse.SerializeToString,
+            ),
+            'WithdrawableAmount': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawableAmount,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountRequest.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountResponse.SerializeToString,
             ),
             'ProviderWithdrawable': grpc.unary_unary_rpc_method_handler(
                     servicer.ProviderWithdrawable,
@@ -150,6 +198,33 @@ class Query(object):
             '/liftedinit.billing.v1.Query/Lease',
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseRequest.SerializeToString,
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeasesByTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Query/LeasesByTenant',
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantRequest.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryLeasesByTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -204,6 +279,60 @@ class Query(object):
             '/liftedinit.billing.v1.Query/CreditAccount',
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountRequest.SerializeToString,
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreditAddress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Query/CreditAddress',
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressRequest.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAddressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawableAmount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Query/WithdrawableAmount',
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountRequest.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryWithdrawableAmountResponse.FromString,
             options,
             channel_credentials,
             insecure,

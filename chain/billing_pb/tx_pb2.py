@@ -26,7 +26,7 @@ from cosmpy.protos.cosmos.base.v1beta1 import coin_pb2 as cosmos_dot_base_dot_v1
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eliftedinit/billing/v1/tx.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"e\n\x0bMsgWithdraw\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\x12\x15\n\rprovider_uuid\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x04\x12\x0b\n\x03key\x18\x05 \x01(\x0c\"\x9d\x01\n\x13MsgWithdrawResponse\x12\x30\n\rtotal_amounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x16\n\x0epayout_address\x18\x02 \x01(\t\x12\x18\n\x10withdrawal_count\x18\x03 \x01(\x04\x12\x10\n\x08has_more\x18\x04 \x01(\x08\x12\x10\n\x08next_key\x18\x05 \x01(\x0c\"D\n\rMsgCloseLease\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x96\x01\n\x15MsgCloseLeaseResponse\x12-\n\tclosed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63losed_count\x18\x02 \x01(\x04\x12\x38\n\x15total_settled_amounts\x18\x03 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin2\xc3\x01\n\x03Msg\x12Z\n\x08Withdraw\x12\".liftedinit.billing.v1.MsgWithdraw\x1a*.liftedinit.billing.v1.MsgWithdrawResponse\x12`\n\nCloseLease\x12$.liftedinit.billing.v1.MsgCloseLease\x1a,.liftedinit.billing.v1.MsgCloseLeaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1eliftedinit/billing/v1/tx.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"e\n\x0bMsgWithdraw\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\x12\x15\n\rprovider_uuid\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x04\x12\x0b\n\x03key\x18\x05 \x01(\x0c\"\xb9\x01\n\x13MsgWithdrawResponse\x12\x30\n\rtotal_amounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x16\n\x0epayout_address\x18\x02 \x01(\t\x12\x18\n\x10withdrawal_count\x18\x03 \x01(\x04\x12\x10\n\x08has_more\x18\x04 \x01(\x08\x12\x10\n\x08next_key\x18\x05 \x01(\x0c\x12\x1a\n\x12\x66\x61iled_lease_uuids\x18\x06 \x03(\t\"D\n\rMsgCloseLease\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x96\x01\n\x15MsgCloseLeaseResponse\x12-\n\tclosed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63losed_count\x18\x02 \x01(\x04\x12\x38\n\x15total_settled_amounts\x18\x03 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\":\n\x13MsgAcknowledgeLease\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\"n\n\x1bMsgAcknowledgeLeaseResponse\x12\x33\n\x0f\x61\x63knowledged_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x61\x63knowledged_count\x18\x02 \x01(\x04\"E\n\x0eMsgRejectLease\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x13\n\x0blease_uuids\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"a\n\x16MsgRejectLeaseResponse\x12/\n\x0brejected_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0erejected_count\x18\x02 \x01(\x04\x32\x9c\x03\n\x03Msg\x12Z\n\x08Withdraw\x12\".liftedinit.billing.v1.MsgWithdraw\x1a*.liftedinit.billing.v1.MsgWithdrawResponse\x12`\n\nCloseLease\x12$.liftedinit.billing.v1.MsgCloseLease\x1a,.liftedinit.billing.v1.MsgCloseLeaseResponse\x12r\n\x10\x41\x63knowledgeLease\x12*.liftedinit.billing.v1.MsgAcknowledgeLease\x1a\x32.liftedinit.billing.v1.MsgAcknowledgeLeaseResponse\x12\x63\n\x0bRejectLease\x12%.liftedinit.billing.v1.MsgRejectLease\x1a-.liftedinit.billing.v1.MsgRejectLeaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,11 +36,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MSGWITHDRAW']._serialized_start=122
   _globals['_MSGWITHDRAW']._serialized_end=223
   _globals['_MSGWITHDRAWRESPONSE']._serialized_start=226
-  _globals['_MSGWITHDRAWRESPONSE']._serialized_end=383
-  _globals['_MSGCLOSELEASE']._serialized_start=385
-  _globals['_MSGCLOSELEASE']._serialized_end=453
-  _globals['_MSGCLOSELEASERESPONSE']._serialized_start=456
-  _globals['_MSGCLOSELEASERESPONSE']._serialized_end=606
-  _globals['_MSG']._serialized_start=609
-  _globals['_MSG']._serialized_end=804
+  _globals['_MSGWITHDRAWRESPONSE']._serialized_end=411
+  _globals['_MSGCLOSELEASE']._serialized_start=413
+  _globals['_MSGCLOSELEASE']._serialized_end=481
+  _globals['_MSGCLOSELEASERESPONSE']._serialized_start=484
+  _globals['_MSGCLOSELEASERESPONSE']._serialized_end=634
+  _globals['_MSGACKNOWLEDGELEASE']._serialized_start=636
+  _globals['_MSGACKNOWLEDGELEASE']._serialized_end=694
+  _globals['_MSGACKNOWLEDGELEASERESPONSE']._serialized_start=696
+  _globals['_MSGACKNOWLEDGELEASERESPONSE']._serialized_end=806
+  _globals['_MSGREJECTLEASE']._serialized_start=808
+  _globals['_MSGREJECTLEASE']._serialized_end=877
+  _globals['_MSGREJECTLEASERESPONSE']._serialized_start=879
+  _globals['_MSGREJECTLEASERESPONSE']._serialized_end=976
+  _globals['_MSG']._serialized_start=979
+  _globals['_MSG']._serialized_end=1391
 # @@protoc_insertion_point(module_scope)

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class MsgStub(object):
-    """Msg is the subset of the billing Msg service the sidecar sends (through
+    """Msg is the subset of the billing Msg service a provider sends (through
     cosmos.tx.v1beta1.Service/BroadcastTx, never called directly).
     """
 
@@ -46,10 +46,20 @@ class MsgStub(object):
                 request_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLease.SerializeToString,
                 response_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLeaseResponse.FromString,
                 _registered_method=True)
+        self.AcknowledgeLease = channel.unary_unary(
+                '/liftedinit.billing.v1.Msg/AcknowledgeLease',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLease.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLeaseResponse.FromString,
+                _registered_method=True)
+        self.RejectLease = channel.unary_unary(
+                '/liftedinit.billing.v1.Msg/RejectLease',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLease.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLeaseResponse.FromString,
+                _registered_method=True)
 
 
 class MsgServicer(object):
-    """Msg is the subset of the billing Msg service the sidecar sends (through
+    """Msg is the subset of the billing Msg service a provider sends (through
     cosmos.tx.v1beta1.Service/BroadcastTx, never called directly).
     """
 
@@ -60,6 +70,18 @@ class MsgServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def CloseLease(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcknowledgeLease(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RejectLease(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -78,6 +100,16 @@ def add_MsgServicer_to_server(servicer, server):
                     request_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLease.FromString,
                     response_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLeaseResponse.SerializeToString,
             ),
+            'AcknowledgeLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeLease,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLease.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLeaseResponse.SerializeToString,
+            ),
+            'RejectLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RejectLease,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLease.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLeaseResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'liftedinit.billing.v1.Msg', rpc_method_handlers)
@@ -87,7 +119,7 @@ def add_MsgServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Msg(object):
-    """Msg is the subset of the billing Msg service the sidecar sends (through
+    """Msg is the subset of the billing Msg service a provider sends (through
     cosmos.tx.v1beta1.Service/BroadcastTx, never called directly).
     """
 
@@ -135,6 +167,60 @@ class Msg(object):
             '/liftedinit.billing.v1.Msg/CloseLease',
             liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLease.SerializeToString,
             liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgCloseLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcknowledgeLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Msg/AcknowledgeLease',
+            liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLease.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgAcknowledgeLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RejectLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Msg/RejectLease',
+            liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLease.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_tx__pb2.MsgRejectLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,19 +26,21 @@ from cosmpy.protos.cosmos.base.v1beta1 import coin_pb2 as cosmos_dot_base_dot_v1
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!liftedinit/billing/v1/types.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x01\n\tLeaseItem\x12\x10\n\x08sku_uuid\x18\x01 \x01(\t\x12\x10\n\x08quantity\x18\x02 \x01(\x04\x12/\n\x0clocked_price\x18\x03 \x01(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x14\n\x0cservice_name\x18\x04 \x01(\t\x12\x15\n\rcustom_domain\x18\x05 \x01(\t\"\xb6\x04\n\x05Lease\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x15\n\rprovider_uuid\x18\x03 \x01(\t\x12/\n\x05items\x18\x04 \x03(\x0b\x32 .liftedinit.billing.v1.LeaseItem\x12\x30\n\x05state\x18\x05 \x01(\x0e\x32!.liftedinit.billing.v1.LeaseState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tclosed_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0flast_settled_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0f\x61\x63knowledged_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brejected_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10rejection_reason\x18\x0b \x01(\t\x12.\n\nexpired_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63losure_reason\x18\r \x01(\t\x12\x11\n\tmeta_hash\x18\x0e \x01(\x0c\x12&\n\x1emin_lease_duration_at_creation\x18\x0f \x01(\x04\"\xa5\x01\n\rCreditAccount\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x63redit_address\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x63tive_lease_count\x18\x03 \x01(\x04\x12\x1b\n\x13pending_lease_count\x18\x04 \x01(\x04\x12\x33\n\x10reserved_amounts\x18\x05 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin*\xa5\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13LEASE_STATE_PENDING\x10\x01\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x02\x12\x16\n\x12LEASE_STATE_CLOSED\x10\x03\x12\x18\n\x14LEASE_STATE_REJECTED\x10\x04\x12\x17\n\x13LEASE_STATE_EXPIRED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!liftedinit/billing/v1/types.proto\x12\x15liftedinit.billing.v1\x1a\x1e\x63osmos/base/v1beta1/coin.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x01\n\tLeaseItem\x12\x10\n\x08sku_uuid\x18\x01 \x01(\t\x12\x10\n\x08quantity\x18\x02 \x01(\x04\x12/\n\x0clocked_price\x18\x03 \x01(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12\x14\n\x0cservice_name\x18\x04 \x01(\t\x12\x15\n\rcustom_domain\x18\x05 \x01(\t\"H\n\x10LeaseReservation\x12\x34\n\x11remaining_amounts\x18\x01 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\"\xf4\x04\n\x05Lease\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x15\n\rprovider_uuid\x18\x03 \x01(\t\x12/\n\x05items\x18\x04 \x03(\x0b\x32 .liftedinit.billing.v1.LeaseItem\x12\x30\n\x05state\x18\x05 \x01(\x0e\x32!.liftedinit.billing.v1.LeaseState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tclosed_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0flast_settled_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x0f\x61\x63knowledged_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brejected_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10rejection_reason\x18\x0b \x01(\t\x12.\n\nexpired_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x63losure_reason\x18\r \x01(\t\x12\x11\n\tmeta_hash\x18\x0e \x01(\x0c\x12&\n\x1emin_lease_duration_at_creation\x18\x0f \x01(\x04\x12<\n\x0breservation\x18\x10 \x01(\x0b\x32\'.liftedinit.billing.v1.LeaseReservation\"\x89\x02\n\rCreditAccount\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x63redit_address\x18\x02 \x01(\t\x12\x1a\n\x12\x61\x63tive_lease_count\x18\x03 \x01(\x04\x12\x1b\n\x13pending_lease_count\x18\x04 \x01(\x04\x12\x33\n\x10reserved_amounts\x18\x05 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12@\n\x1dunattributed_reserved_amounts\x18\x06 \x03(\x0b\x32\x19.cosmos.base.v1beta1.Coin\x12 \n\x18unattributed_lease_count\x18\x07 \x01(\x04*\xa5\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13LEASE_STATE_PENDING\x10\x01\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x02\x12\x16\n\x12LEASE_STATE_CLOSED\x10\x03\x12\x18\n\x14LEASE_STATE_REJECTED\x10\x04\x12\x17\n\x13LEASE_STATE_EXPIRED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'liftedinit.billing.v1.types_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEASESTATE']._serialized_start=1007
-  _globals['_LEASESTATE']._serialized_end=1172
+  _globals['_LEASESTATE']._serialized_start=1243
+  _globals['_LEASESTATE']._serialized_end=1408
   _globals['_LEASEITEM']._serialized_start=126
   _globals['_LEASEITEM']._serialized_end=267
-  _globals['_LEASE']._serialized_start=270
-  _globals['_LEASE']._serialized_end=836
-  _globals['_CREDITACCOUNT']._serialized_start=839
-  _globals['_CREDITACCOUNT']._serialized_end=1004
+  _globals['_LEASERESERVATION']._serialized_start=269
+  _globals['_LEASERESERVATION']._serialized_end=341
+  _globals['_LEASE']._serialized_start=344
+  _globals['_LEASE']._serialized_end=972
+  _globals['_CREDITACCOUNT']._serialized_start=975
+  _globals['_CREDITACCOUNT']._serialized_end=1240
 # @@protoc_insertion_point(module_scope)
