@@ -64,6 +64,8 @@ def load(args: argparse.Namespace) -> Config:
     overrides: dict[str, dict[str, object]] = {}
     if getattr(args, "speed", None) is not None:
         overrides.setdefault("demo", {})["speed"] = args.speed
+    if getattr(args, "chain_version", None) is not None:
+        overrides.setdefault("devnet", {})["chain_version"] = args.chain_version
     return load_config(args.config, overrides)
 
 
@@ -114,6 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_devnet(args: argparse.Namespace) -> int:
     """The embedded devnet alone, for a sidecar in another process to be pointed at."""
+    from chain.versions import chain_version
     from sidecar.runner import demo_devnet
 
     config = load(args)
@@ -121,7 +124,8 @@ def cmd_devnet(args: argparse.Namespace) -> int:
     _setup_logging(clock, args.log_level)
     _, devnet, world = demo_devnet(config, clock)
     world.start()
-    print(f"devnet up, chain id {devnet.chain_id}, clock {config.demo.speed:g}x")
+    version = chain_version(config.devnet.chain_version)
+    print(f"devnet up, chain id {devnet.chain_id}, behaving as the {version.label} chain, clock {config.demo.speed:g}x")
     print(f"  gRPC:              {devnet.grpc_url}")
     print(f"  websocket:         {devnet.websocket_url}")
     print(f"  provider:          {config.provider.uuid} ({devnet.provider_address})")
@@ -175,6 +179,9 @@ def parser() -> argparse.ArgumentParser:
                      help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                      help="detail of the decision log (default: %(default)s)")
+    run.add_argument("--chain-version", choices=("current", "v2.1"), default=None,
+                     help="which chain the embedded chain behaves as (overrides [devnet] chain_version; "
+                          "ignored for a real node)")
     run.set_defaults(func=cmd_run)
 
     devnet = sub.add_parser("devnet", help="run the embedded devnet alone and print its endpoints",
@@ -182,6 +189,9 @@ def parser() -> argparse.ArgumentParser:
                                         "demo world, print its endpoints and a funded provider key file, and wait "
                                         "for Ctrl-C, so a sidecar in another process can be pointed at it.")
     devnet.add_argument("--duration", type=_duration, default=None, help="stop after this much simulated time")
+    devnet.add_argument("--chain-version", choices=("current", "v2.1"), default=None,
+                        help="which chain the devnet behaves as (overrides [devnet] chain_version): current, the "
+                             "newest chain source, or v2.1, tag v2.1.0 (no withdraw cursor, no credit isolation)")
     devnet.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                         help="detail of the log (default: %(default)s)")
     devnet.set_defaults(func=cmd_devnet)

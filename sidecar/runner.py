@@ -308,6 +308,8 @@ def build(
 
 def describe(running: Running) -> list[str]:
     out = [f"chain: {running.endpoint}"]
+    if running.model is not None:
+        out[0] += f", behaving as the {running.model.version.label} chain"
     if running.ledger is not None:
         out.append(f"ledger: {running.ledger.path} ({running.restored} tenant(s) restored)")
     if running.capture is not None:
@@ -316,7 +318,8 @@ def describe(running: Running) -> list[str]:
         t = running.world.tenants
         out.append(
             f"demo tenants: {len(t.healthy)} healthy, {len(t.draining)} draining, "
-            f"{len(t.failing)} with failing reads; one more opens a lease 3 simulated minutes in"
+            f"{len(t.failing)} with failing reads, {len(t.reserved)} exhausted while a pending lease elsewhere "
+            "keeps credit reserved; one more opens two leases 3 simulated minutes in, one never acknowledged"
         )
     return out
 
