@@ -2,8 +2,10 @@
 
 The seed's five operations (provider withdrawable, withdraw by provider with
 a cursor key, active leases by provider, credit account, close leases), plus
-the two reads leasewarden adds: the chain's ``CreditEstimate`` and the
-node's sync status. Implementations: ``chain.model_client.ModelChainClient``
+what leasewarden adds for the real chain: named withdraws (the only way to
+reach every lease on a chain without the withdraw cursor), a tenant's leases
+of every provider (what the credit rule needs), the chain's
+``CreditEstimate``, single lease reads, tx lookups and the node's sync status. Implementations: ``chain.model_client.ModelChainClient``
 (in-process billing model) and the cosmpy client over gRPC.
 
 Every method blocks until the chain answers and raises ``ChainError`` on
@@ -21,7 +23,9 @@ __all__ = ["ChainClient"]
 
 
 class ChainClient(Protocol):
-    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]: ...
+    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...] | None:
+        """What a withdraw would move now: () when nothing is due, None when the node cannot tell."""
+        ...
 
     def withdraw_by_provider(
         self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None
@@ -34,6 +38,14 @@ class ChainClient(Protocol):
 
         A failure after the tx was signed and may have been applied raises
         ``ChainError`` with ``may_have_committed`` and the tx's ``tx_hash``.
+        """
+        ...
+
+    def withdraw_leases(self, lease_uuids: Sequence[str], signed: Callable[[str], None] | None = None) -> WithdrawPage:
+        """One named ``MsgWithdraw`` of 1..100 of our leases, once included; atomic.
+
+        Raises ``ChainError`` billing code 15 when nothing was due on any of
+        them. ``signed`` as for ``withdraw_by_provider``.
         """
         ...
 
@@ -54,7 +66,11 @@ class ChainClient(Protocol):
         ...
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
-        """All the provider's ACTIVE leases (every page)."""
+        """All the provider's ACTIVE leases (every page; a listing cut short is a failure, never a short set)."""
+        ...
+
+    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
+        """Every ACTIVE lease of ``tenant``, of every provider (what draws on its credit)."""
         ...
 
     def lease(self, lease_uuid: str) -> Lease:

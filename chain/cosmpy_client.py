@@ -40,6 +40,7 @@ here, at most ``max_tx_retries`` times; everything else goes to the caller.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -66,7 +67,7 @@ from chain.billing_codec import (
 )
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
-    INVALID_REQUEST,
+    INVALID_LEASE,
     SDK,
     SDK_OUT_OF_GAS,
     SDK_SEQUENCE_MISMATCH,
@@ -74,9 +75,10 @@ from chain.errors import (
     ChainError,
 )
 from chain.keys import ProviderKey, load_provider_key
-from chain.model import MAX_BATCH_LEASE_SIZE
+from chain.listing import walk_pages
+from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
 from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, TRANSPORT_STATUS_NAMES, expected_sequence, status_error
-from chain.settlements import settlements_in_tx
+from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
@@ -85,7 +87,7 @@ from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
-from messages.coins import Coin
+from messages.coins import Coin, add_coins
 from messages.ledger import LeaseSettled
 
 __all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES", "parse_block_time"]
@@ -94,6 +96,10 @@ log = logging.getLogger(__name__)
 
 #: The transport statuses (``chain.sdk_errors.TRANSPORT_STATUS_NAMES``) as gRPC codes.
 TRANSPORT_STATUSES = frozenset(getattr(grpc.StatusCode, name) for name in TRANSPORT_STATUS_NAMES)
+
+#: ``ProviderWithdrawable`` page sizes asked for: the largest each version answers.
+V21_WITHDRAWABLE_LIMIT = _V21[1]
+CURRENT_WITHDRAWABLE_LIMIT = _CURRENT[1]
 
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
@@ -251,30 +257,61 @@ class CosmpyChainClient:
         except ProtocolError as exc:
             raise ChainError(f"{operation}: {exc}", codespace="protocol", transient=False) from None
 
-    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]:
+    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...] | None:
+        """What is due now, as far as a node can tell without a tx: () when nothing is, None when unknowable.
+
+        Both versions' fields are sent: v2.1.0 reads ``limit`` (at most 1000,
+        leases of every state, ``has_more``), the current chain ``pagination``
+        (pages of at most 100 ACTIVE leases, each a dry run of the withdraw
+        from current state, so pages are not summed: the first page with
+        anything due answers). Each server ignores the other's field.
+        """
         op = f"provider_withdrawable {provider_uuid}"
-        r = self._query(op, self._billing.ProviderWithdrawable, query_pb2.QueryProviderWithdrawableRequest(provider_uuid=provider_uuid))
-        return self._decoded(op, lambda: coins_from_proto(r.amounts))
+        key = b""
+        while True:
+            request = query_pb2.QueryProviderWithdrawableRequest(
+                provider_uuid=provider_uuid,
+                limit=V21_WITHDRAWABLE_LIMIT,
+                pagination=pagination_pb2.PageRequest(key=key, limit=CURRENT_WITHDRAWABLE_LIMIT),
+            )
+            r = self._query(op, self._billing.ProviderWithdrawable, request)
+            amounts = self._decoded(op, lambda: coins_from_proto(r.amounts))
+            if amounts or r.lease_count:
+                return amounts or ()
+            if not r.HasField("pagination"):  # v2.1.0
+                return None if r.has_more else ()
+            key = r.pagination.next_key
+            if not key:
+                return ()
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         op = f"active_leases_by_provider {provider_uuid}"
-        leases: list[Lease] = []
-        key = b""
-        seen_keys: set[bytes] = set()
-        while True:
+
+        def page(key: bytes) -> tuple[list[Lease], bytes]:
             request = query_pb2.QueryLeasesByProviderRequest(
                 provider_uuid=provider_uuid,
                 pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
                 state_filter=types_pb2.LEASE_STATE_ACTIVE,
             )
             r = self._query(op, self._billing.LeasesByProvider, request)
-            leases.extend(self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]))
-            key = r.pagination.next_key
-            if not key:
-                return tuple(leases)
-            if key in seen_keys:  # a node that loops would otherwise hang the sidecar
-                raise ChainError(f"{op}: the node repeated page key {key!r}", codespace="protocol", transient=False)
-            seen_keys.add(key)
+            return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
+
+        return walk_pages(op, page)
+
+    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
+        """Every ACTIVE lease of ``tenant``, of every provider: what draws on its credit."""
+        op = f"leases_by_tenant {tenant}"
+
+        def page(key: bytes) -> tuple[list[Lease], bytes]:
+            request = query_pb2.QueryLeasesByTenantRequest(
+                tenant=tenant,
+                pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
+                state_filter=types_pb2.LEASE_STATE_ACTIVE,
+            )
+            r = self._query(op, self._billing.LeasesByTenant, request)
+            return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
+
+        return walk_pages(op, page)
 
     def lease(self, lease_uuid: str) -> Lease:
         op = f"lease {lease_uuid}"
@@ -282,9 +319,24 @@ class CosmpyChainClient:
         return self._decoded(op, lambda: lease_from_proto(r.lease))
 
     def credit_account(self, tenant: str) -> CreditAccount:
+        """The account and all its balances: the current chain pages them (v2.1.0 ignores the request's page)."""
         op = f"credit_account {tenant}"
-        r = self._query(op, self._billing.CreditAccount, query_pb2.QueryCreditAccountRequest(tenant=tenant))
-        return self._decoded(op, lambda: credit_account_from_proto(tenant, r))
+        key = b""
+        account: CreditAccount | None = None
+        while True:
+            request = query_pb2.QueryCreditAccountRequest(
+                tenant=tenant, pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size)
+            )
+            r = self._query(op, self._billing.CreditAccount, request)
+            page = self._decoded(op, lambda: credit_account_from_proto(tenant, r))
+            account = page if account is None else dataclasses.replace(
+                account,
+                balances=add_coins(account.balances, page.balances),
+                available_balances=add_coins(account.available_balances, page.available_balances),
+            )
+            key = r.pagination.next_key if r.HasField("pagination") else b""
+            if not key:
+                return account
 
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         op = f"credit_estimate {tenant}"
@@ -320,6 +372,28 @@ class CosmpyChainClient:
         op = f"withdraw_by_provider {provider_uuid}"
         included = self.send_messages(op, [msg], signed=signed)
         return self._withdraw_page(op, included, provider_uuid)
+
+    def withdraw_leases(self, lease_uuids: Sequence[str], signed: Callable[[str], None] | None = None) -> WithdrawPage:
+        """One named ``MsgWithdraw`` of 1..100 of our leases, atomic; billing code 15 when nothing was due.
+
+        It reaches every lease on both chain versions (CHAIN-VERSIONS.md 2.2),
+        which a provider-wide withdraw without the cursor (v2.1.0) cannot.
+        """
+        if not 1 <= len(lease_uuids) <= MAX_BATCH_LEASE_SIZE:
+            raise ChainError.billing(
+                INVALID_LEASE, f"withdraw_leases: a batch holds 1..{MAX_BATCH_LEASE_SIZE} leases, got {len(lease_uuids)}"
+            )
+        msg = billing_tx.MsgWithdraw(sender=self.address, lease_uuids=list(lease_uuids))
+        op = f"withdraw_leases ({len(lease_uuids)} leases)"
+        included = self.send_messages(op, [msg], signed=signed)
+        return self._withdraw_page(op, included, self._provider_of(included))
+
+    @staticmethod
+    def _provider_of(included: IncludedTx) -> str:
+        for event_type, attributes in included.events:
+            if event_type == "provider_withdraw" and attributes.get("provider_uuid"):
+                return attributes["provider_uuid"]
+        return ""
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
         op = f"withdraw_outcome {tx_hash}"
@@ -364,7 +438,7 @@ class CosmpyChainClient:
                 has_more=r.has_more,
                 next_key=bytes(r.next_key),
                 payout_address=r.payout_address,
-                settlements=self._settlements(op, included, provider_uuid=provider_uuid),
+                settlements=self._withdraw_settlements(op, included, provider_uuid, coins_from_proto(r.total_amounts)),
                 failed_lease_uuids=tuple(r.failed_lease_uuids),
             ),
         )
@@ -376,11 +450,11 @@ class CosmpyChainClient:
     def close_lease_batches(self, batches: Sequence[Sequence[str]], reason: str) -> CloseOutcome:
         """One tx with a ``MsgCloseLease`` per batch (each 1..100 leases); atomic as a whole."""
         if not batches:
-            raise ChainError.billing(INVALID_REQUEST, "close_leases: no leases given")
+            raise ChainError.billing(INVALID_LEASE, "close_leases: no leases given")
         for batch in batches:
             if not 1 <= len(batch) <= MAX_BATCH_LEASE_SIZE:
                 raise ChainError.billing(
-                    INVALID_REQUEST, f"close_leases: a batch holds 1..{MAX_BATCH_LEASE_SIZE} leases, got {len(batch)}"
+                    INVALID_LEASE, f"close_leases: a batch holds 1..{MAX_BATCH_LEASE_SIZE} leases, got {len(batch)}"
                 )
         msgs = [billing_tx.MsgCloseLease(sender=self.address, lease_uuids=list(b), reason=reason) for b in batches]
         total = sum(len(b) for b in batches)
@@ -413,6 +487,14 @@ class CosmpyChainClient:
         return tuple(
             settlements_in_tx(included.txhash, at, included.events, provider_uuid=provider_uuid, lease_uuids=lease_uuids)
         )
+
+    def _withdraw_settlements(
+        self, operation: str, included: IncludedTx, provider_uuid: str, total: tuple[Coin, ...]
+    ) -> tuple[LeaseSettled, ...]:
+        at = self._block_time(operation, included)
+        if at is None:
+            return ()
+        return tuple(settlements_in_withdraw(included.txhash, at, included.events, total, provider_uuid=provider_uuid))
 
     def _block_time(self, operation: str, included: IncludedTx) -> datetime | None:
         at = parse_block_time(included.timestamp)

@@ -15,16 +15,23 @@ per-lease settlements come from the events as on a node.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import weakref
 from typing import Any, Callable, Sequence
 
 from chain.faults import Faults
-from chain.model import MAX_BATCH_LEASE_SIZE, BillingModel, TxEvents
+from chain.listing import walk_pages
+from chain.model import (
+    CURRENT_WITHDRAWABLE_LIMIT,
+    MAX_BATCH_LEASE_SIZE,
+    V21_WITHDRAWABLE_LIMIT,
+    BillingModel,
+    PageRequest,
+    TxEvents,
+)
 from chain.errors import INVALID_LEASE, ChainError, QueryRefused
 from chain.sdk_errors import status_error
-from chain.settlements import settlements_in_tx
+from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
 
@@ -51,12 +58,15 @@ class ModelChainClient:
         sender: str,
         faults: Faults | None = None,
         withdraw_limit: int = 50,
+        page_size: int = 1000,
     ) -> None:
         self.model = model
         self.provider_uuid = provider_uuid
         self.sender = sender
         self.faults = faults or Faults()
         self.withdraw_limit = withdraw_limit
+        #: Leases per listing page (the chain's most); tests page smaller to exercise the walk.
+        self.page_size = page_size
         #: answers frozen while a stale fault is on
         self._last: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
@@ -105,51 +115,99 @@ class ModelChainClient:
         except QueryRefused as exc:
             raise status_error(f"{operation} {subject}", exc.status, exc.message) from None
 
-    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...]:
-        return self._call(
-            "provider_withdrawable", provider_uuid, lambda: self.model.provider_withdrawable(provider_uuid)[0]
-        )
+    def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...] | None:
+        """As the chain's client reads it: () when nothing is due, None when unknowable (see ``CosmpyChainClient``)."""
+
+        def due() -> tuple[Coin, ...] | None:
+            key = b""
+            while True:
+                amounts, count, has_more, next_key, _ = self.model.provider_withdrawable(
+                    provider_uuid, V21_WITHDRAWABLE_LIMIT[1], PageRequest(key=key, limit=CURRENT_WITHDRAWABLE_LIMIT[1])
+                )
+                if amounts or count:
+                    return amounts
+                if not self.model.version.withdrawable_pagination:
+                    return None if has_more else ()
+                if not next_key:
+                    return ()
+                key = next_key
+
+        return self._call("provider_withdrawable", provider_uuid, due)
 
     def withdraw_by_provider(
         self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None
     ) -> WithdrawPage:
         """As the chain's; the model knows a tx's hash only once it applied it, so ``signed`` hears it then."""
+        return self._call(
+            "withdraw_by_provider",
+            (provider_uuid, key),
+            lambda: self._withdraw(
+                "withdraw_by_provider",
+                provider_uuid,
+                lambda: self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key),
+                signed,
+            ),
+        )
 
-        def send() -> WithdrawPage:
-            r, tx = self._write(
-                lambda: self.model.withdraw(self.sender, provider_uuid=provider_uuid, limit=self.withdraw_limit, key=key)
-            )
-            if tx is None:  # an empty page: no events, nothing settled
-                tx_hash = hashlib.sha256(repr((provider_uuid, key, self.model.height)).encode()).hexdigest().upper()
-                settled: tuple = ()
-            else:
-                tx_hash = tx.tx_hash
-                settled = tuple(settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), provider_uuid=provider_uuid))
-            page = WithdrawPage(
-                tx_hash=tx_hash,
-                total_amounts=r.total_amounts,
-                withdrawal_count=r.withdrawal_count,
-                has_more=r.has_more,
-                next_key=r.next_key,
-                payout_address=r.payout_address,
-                settlements=settled,
-                failed_lease_uuids=r.failed_lease_uuids,
-            )
-            _keep(self._pages, tx_hash, page)
-            if signed is not None:
-                signed(tx_hash)
-            self._maybe_lose_answer("withdraw_by_provider", provider_uuid, tx_hash)
-            return page
+    def withdraw_leases(self, lease_uuids: Sequence[str], signed: Callable[[str], None] | None = None) -> WithdrawPage:
+        """One named ``MsgWithdraw`` of 1..100 of our leases (see ``CosmpyChainClient.withdraw_leases``)."""
+        return self._call(
+            "withdraw_leases",
+            tuple(lease_uuids),
+            lambda: self._withdraw(
+                "withdraw_leases",
+                self.provider_uuid,
+                lambda: self.model.withdraw(self.sender, lease_uuids=list(lease_uuids)),
+                signed,
+            ),
+        )
 
-        return self._call("withdraw_by_provider", (provider_uuid, key), send)
+    def _withdraw(
+        self, operation: str, provider_uuid: str, send: Callable[[], Any], signed: Callable[[str], None] | None
+    ) -> WithdrawPage:
+        r, tx = self._write(send)
+        # Every withdraw emits events (its SDK message event at least): its tx is known.
+        assert tx is not None, f"{operation}: the model emitted no tx"
+        tx_hash = tx.tx_hash
+        settled = tuple(
+            settlements_in_withdraw(tx.tx_hash, tx.time, tx.pairs(), r.total_amounts, provider_uuid=provider_uuid)
+        )
+        page = WithdrawPage(
+            tx_hash=tx_hash,
+            total_amounts=r.total_amounts,
+            withdrawal_count=r.withdrawal_count,
+            has_more=r.has_more,
+            next_key=r.next_key,
+            payout_address=r.payout_address,
+            settlements=settled,
+            failed_lease_uuids=r.failed_lease_uuids,
+        )
+        _keep(self._pages, tx_hash, page)
+        if signed is not None:
+            signed(tx_hash)
+        self._maybe_lose_answer(operation, provider_uuid, tx_hash)
+        return page
 
     def withdraw_outcome(self, tx_hash: str, provider_uuid: str) -> WithdrawPage | None:
         return self._call("withdraw_outcome", tx_hash, lambda: _kept(self._pages, tx_hash))
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
+        """Paged as over gRPC, so a listing cut short between pages is caught the same way."""
+        op = "active_leases_by_provider"
         return self._call(
-            "active_leases_by_provider", provider_uuid, lambda: self.model.active_leases_by_provider(provider_uuid)
+            op, provider_uuid, lambda: walk_pages(op, self._pager(self.model.leases_by_provider, provider_uuid))
         )
+
+    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
+        op = "leases_by_tenant"
+        return self._call(op, tenant, lambda: walk_pages(op, self._pager(self.model.leases_by_tenant, tenant)))
+
+    def _pager(self, query: Callable[..., Any], subject: str) -> Callable[[bytes], tuple[list[Lease], bytes]]:
+        def page(key: bytes) -> tuple[list[Lease], bytes]:
+            records, next_key, _ = query(subject, "ACTIVE", PageRequest(key=key, limit=self.page_size))
+            return [r.lease for r in records], next_key
+
+        return page
 
     def lease(self, lease_uuid: str) -> Lease:
         return self._call("lease", lease_uuid, lambda: self.model.lease(lease_uuid))

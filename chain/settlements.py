@@ -23,10 +23,12 @@ import logging
 from datetime import datetime
 from typing import Collection, Iterable, Mapping
 
-from messages.coins import parse_coins
+import dataclasses
+
+from messages.coins import Coin, coins, format_coins, parse_coins
 from messages.ledger import LeaseSettled
 
-__all__ = ["SETTLING_EVENTS", "settlements_in_tx"]
+__all__ = ["SETTLING_EVENTS", "settlements_in_tx", "settlements_in_withdraw"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,3 +82,57 @@ def settlements_in_tx(
             )
         )
     return out
+
+
+def settlements_in_withdraw(
+    tx_hash: str,
+    at: datetime,
+    events: Iterable[tuple[str, Mapping[str, str]]],
+    total_amounts: Iterable[Coin],
+    *,
+    provider_uuid: str,
+) -> list[LeaseSettled]:
+    """What a withdraw tx settled per lease, its ``total_amounts`` accounted for in full.
+
+    v2.1.0's named withdraw writes ``amount="0"`` on the ``provider_withdraw``
+    of a lease it auto-closed, although the auto-close moved the rest of the
+    tenant's credit (CHAIN-VERSIONS.md 2.5). What the events leave of the
+    tx's total is that lease's: when exactly one lease of the tx auto-closed,
+    the remainder is booked to it. With several, the split cannot be known:
+    the remainder is left out with a warning naming the tx (the statement
+    then shows a shortfall rather than a wrong lease), which is why the
+    sidecar withdraws a lease near its runway in a tx of its own.
+    """
+    events = list(events)
+    out = settlements_in_tx(tx_hash, at, events, provider_uuid=provider_uuid)
+    remainder: dict[str, int] = {}
+    for c in total_amounts:
+        remainder[c.denom] = remainder.get(c.denom, 0) + c.amount
+    for settled in out:
+        for c in settled.amounts:
+            remainder[c.denom] = remainder.get(c.denom, 0) - c.amount
+    remainder = {d: a for d, a in remainder.items() if a > 0}
+    if not remainder:
+        return out
+    closed = [
+        i for i, s in enumerate(out)
+        if not s.amounts and s.lease_uuid in _auto_closed(events, provider_uuid)
+    ]
+    if len(closed) == 1:
+        i = closed[0]
+        out[i] = dataclasses.replace(out[i], amounts=coins(remainder))
+    else:
+        logger.warning(
+            "withdraw tx %s moved %s more than its per-lease events say, over %d auto-closed lease(s): "
+            "not booked to any lease",
+            tx_hash, format_coins(coins(remainder)), len(closed),
+        )
+    return out
+
+
+def _auto_closed(events: Iterable[tuple[str, Mapping[str, str]]], provider_uuid: str) -> set[str]:
+    return {
+        a.get("lease_uuid", "")
+        for t, a in events
+        if t == "provider_withdraw" and a.get("auto_closed") == "true" and a.get("provider_uuid") == provider_uuid
+    }
