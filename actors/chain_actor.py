@@ -10,7 +10,7 @@ directly from the scheduler.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from actors.close_lookup import CloseLookups
 from actors.closures import ClosureBuffer, CloseRound
@@ -18,6 +18,7 @@ from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor
 from actors.withdraw_cycle import WithdrawCycle
+from actors.withdraw_failures import FailingLeases
 from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
 from messages.chain_actor import (
@@ -28,13 +29,14 @@ from messages.chain_actor import (
     NodeStatusAnswered,
     RetryWithdrawPage,
     WithdrawPageAnswered,
+    WithdrawableAnswered,
     WithdrawRequested,
     WithdrawLookupsRestored,
     WithdrawTxAnswered,
     WithdrawTxSigned,
 )
 from messages.credit import CloseRequested
-from messages.scheduler import ClosuresFlushed, WithdrawFinished
+from messages.scheduler import ActiveLeasesRead, ClosuresFlushed, WithdrawFinished
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher
 from runtime.router import CHAIN, SCHEDULER, Router
@@ -51,14 +53,22 @@ class ChainDecisions:
         self._round_counter = 0
         self.lookups = WithdrawLookups()
         self.close_lookups = CloseLookups()
+        #: Whether the chain has the withdraw cursor: None until a cycle learns it.
+        self.cursor: bool | None = None
+        #: Leases whose withdraw keeps failing, across cycles.
+        self.failing = FailingLeases(settings.withdraw_interval)
 
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         if isinstance(message, WithdrawRequested):
             if self.withdraw is not None and not self.withdraw.done:
                 busy = ChainFailure("withdraw", f"withdraw cycle {self.withdraw.cycle} still running")
                 return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
-            self.withdraw = WithdrawCycle(message.cycle, self.settings)
+            self.withdraw = WithdrawCycle(message.cycle, self.settings, self.cursor, self.failing, message.alone)
             return self.withdraw.begin()
+        if isinstance(message, WithdrawableAnswered):
+            return self._in_cycle(message.cycle, lambda w: w.withdrawable(message, now))
+        if isinstance(message, ActiveLeasesRead):
+            return self._in_cycle(message.cycle, lambda w: w.leases_read(message, now))
         if isinstance(message, WithdrawTxSigned):
             return self.lookups.signed(message, now)
         if isinstance(message, WithdrawPageAnswered):
@@ -67,6 +77,7 @@ class ChainDecisions:
                 return []  # what it signed stays in the books, to be looked up at the next start
             was_done = w.done
             out = w.answered(message, now)
+            self.cursor = w.cursor
             closed, recorded = self.lookups.settled(message)
             out += closed
             error = message.error
@@ -120,6 +131,14 @@ class ChainDecisions:
                 del self.rounds[rnd.round]
             return out
         raise TypeError(f"ChainActor cannot handle {type(message).__name__}")
+
+    def _in_cycle(self, cycle: int, step: Callable[[WithdrawCycle], list[Effect]]) -> list[Effect]:
+        w = self.withdraw
+        if w is None or w.cycle != cycle:
+            return []  # an answer for a cycle that is over
+        out = step(w)
+        self.cursor = w.cursor
+        return out
 
     def _look_up_close(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
         """A batch that failed here but may have been applied there: find out what it settled."""

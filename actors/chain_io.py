@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable, Protocol
 
 from chain.client import ChainClient
-from chain.errors import ChainError, failure_from
+from chain.errors import failure_from
 from messages.chain import ChainFailure
 from messages.chain_actor import (
     ActiveLeasesCall,
@@ -37,6 +37,9 @@ from messages.chain_actor import (
     LeaseCheckCall,
     NodeStatusAnswered,
     NodeStatusCall,
+    WithdrawableAnswered,
+    WithdrawableCall,
+    WithdrawLeasesCall,
     WithdrawPageAnswered,
     WithdrawPageCall,
     WithdrawTxAnswered,
@@ -100,6 +103,8 @@ class ChainIO(PooledActor):
             NodeStatusCall: (reads, self._node_status),
             LeaseCheckCall: (reads, self._lease_check),
             WithdrawPageCall: (writes, self._withdraw_page),
+            WithdrawLeasesCall: (writes, self._withdraw_leases),
+            WithdrawableCall: (reads, self._withdrawable),
             WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
             CloseTxCall: (reads, self._close_tx),
@@ -155,16 +160,22 @@ class ChainIO(PooledActor):
 
     # -- one method per call ------------------------------------------------------
     def _credit(self, m: CreditCall) -> tuple[str, Any]:
+        """A tenant's credit read: its account and its ACTIVE leases of every provider, or a failure.
+
+        A read missing either part is failed: judging the credit on the
+        account alone would miss every lease's unsettled accrual and
+        reservation, and a partial read must never clear a grace window.
+        """
         to = tenant_address(m.tenant)
         try:
             account = self.client.credit_account(m.tenant)
         except Exception as exc:
             return to, CreditReadFailed(m.cycle, failure_from(exc, "credit_account"))
         try:
-            estimate = self.client.credit_estimate(m.tenant)
-        except ChainError:
-            estimate = None  # the estimate only refines; the account read decides
-        return to, CreditRead(m.cycle, account, estimate)
+            leases = self.client.leases_by_tenant(m.tenant)
+        except Exception as exc:
+            return to, CreditReadFailed(m.cycle, failure_from(exc, "leases_by_tenant"))
+        return to, CreditRead(m.cycle, account, leases=leases)
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
@@ -183,7 +194,7 @@ class ChainIO(PooledActor):
         active = {lease.uuid for lease in leases or ()}
         return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active), error)
 
-    def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
+    def _signed(self, m: WithdrawPageCall | WithdrawLeasesCall) -> Callable[[str], None]:
         cause = self._calling.cause
 
         def signed(tx_hash: str) -> None:
@@ -191,10 +202,23 @@ class ChainIO(PooledActor):
             with sending_as(CHAIN_IO, cause):
                 self.router.tell(CHAIN, WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
 
+        return signed
+
+    def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
+        signed = self._signed(m)
         page, error = _attempt(
             "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed)
         )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
+
+    def _withdraw_leases(self, m: WithdrawLeasesCall) -> tuple[str, Any]:
+        signed = self._signed(m)
+        page, error = _attempt("withdraw_leases", lambda: self.client.withdraw_leases(m.lease_uuids, signed=signed))
+        return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
+
+    def _withdrawable(self, m: WithdrawableCall) -> tuple[str, Any]:
+        due, error = _attempt("provider_withdrawable", lambda: self.client.provider_withdrawable(self.provider_uuid))
+        return CHAIN, WithdrawableAnswered(m.cycle, due, error)
 
     def _withdraw_tx(self, m: WithdrawTxCall) -> tuple[str, Any]:
         page, error = _attempt("withdraw_outcome", lambda: self.client.withdraw_outcome(m.tx_hash, self.provider_uuid))

@@ -58,7 +58,11 @@ from messages.scheduler import (
 from runtime.clock import EPOCH
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 
-__all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake"]
+__all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake", "MAX_ALONE"]
+
+#: Leases a cycle asks to be withdrawn alone at most: each is a paid tx of its
+#: own, and a cycle must stay a bounded number of txs whatever the tenants do.
+MAX_ALONE = 50
 
 
 def _when(t: datetime) -> str:
@@ -225,12 +229,25 @@ class SchedulerDecisions:
             Send(SCHEDULER, CycleDeadline(self.cycles_started), at=now + self.settings.cycle_timeout),
         ]
         if withdraw:
-            out.append(Send(CHAIN, WithdrawRequested(self.cycles_started)))
+            out.append(Send(CHAIN, WithdrawRequested(self.cycles_started, self._near_the_end(now))))
         elif only is not None:
             out += self._check(only, now)
         else:
             out += self._read_leases()
         return out
+
+    def _near_the_end(self, now: datetime) -> tuple[str, ...]:
+        """Leases of tenants whose credit runs out before the next check, or is gone: withdrawn
+        alone where leases go by name, so that what an auto-close moves is known (see
+        ``actors.withdraw_cycle``). At most ``MAX_ALONE`` of them, soonest first."""
+        horizon = now + self.settings.check_interval
+        near = sorted(
+            (e.depletion_at or now, u)
+            for e in self.tenants.values()
+            if e.recheck_at is not None or (e.depletion_at is not None and e.depletion_at <= horizon)
+            for u in e.leases
+        )
+        return tuple(sorted(u for _, u in near[:MAX_ALONE]))
 
     def _current(self, cycle: int, phase: str) -> Cycle | None:
         c = self.cycle

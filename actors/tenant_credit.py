@@ -1,27 +1,31 @@
 """One tenant's credit watch: the decisions of a ``CreditMonitorActor``.
 
 ``TenantCredit.handle(message, now)`` takes one message and returns what to
-do; it reads no clock and does no I/O. Its rules (seed 000 and issue 2):
+do; it reads no clock and does no I/O. Its rules (seed 000, issue 2, and the
+real chain's arithmetic, ``actors.credit_rule``):
 
+- A read is the tenant's credit account and every ACTIVE lease of the
+  tenant, of every provider; it is judged per lease of ours and per denom
+  the way the chain spends credit (reservation-aware on the current chain,
+  raw balance on v2.1.0, others' unsettled accrual counted). A read missing
+  either part is a failed read (``chain-io`` sends ``CreditReadFailed``).
 - A failed credit read never closes anything. It counts in
   ``consecutive_errs``; from ``credit_check_error_threshold`` failures in a
   row the tenant asks for an early re-check after
   ``credit_check_retry_interval``. A successful read resets the count.
-- A zero balance (in any denom our leases are charged in) starts a grace
-  window of ``credit_check_zero_grace_period``, re-checked every retry
-  interval. The leases charged in an empty denom are closed only when the
-  balance stayed zero for the whole window; a lease charged only in denoms
-  that still hold credit is not (the chain itself would not close it). A
-  non-zero read clears the window and starts a fresh burn-rate baseline
-  (the old baseline spans a deposit).
+- A lease whose credit is gone starts the tenant's grace window of
+  ``credit_check_zero_grace_period``, re-checked every retry interval. The
+  leases still gone when the window is over are closed; a lease that is
+  paid for is not (the chain would not close it either). A read on which no
+  lease is gone clears the window.
 - A closure is asked for in the check cycle of the read that decided it.
   The chain actor sends only a cycle's own requests when that cycle ends,
   and drops older ones (a read that arrived after its cycle's deadline), so
   a request is never sent on a read from long before: the next read asks
   again if the credit is still gone, and a read that finds credit forgets it.
-- Otherwise the depletion time is the earlier of the burn-rate estimate
-  (two samples) and the chain's ``CreditEstimate``, both over the denoms our
-  leases are charged in; the note says which won.
+  The note of every close names the rule and the numbers that decided it.
+- Otherwise the depletion time is the earliest runway of our leases: the
+  first second at which the same rule would find one gone.
 - A failed close leaves the window as it is, so the next check closes at once
   instead of waiting a new window.
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from actors.depletion import BURN_RATE, CHAIN_ESTIMATE, Seconds, burn_seconds, chain_seconds, estimate_at, sooner
+from actors.credit_rule import LeaseCredit, judge
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from messages.chain import CreditEstimate, Lease
@@ -69,6 +73,11 @@ def _nonzero(values: tuple[Coin, ...]) -> dict[str, int]:
     return out
 
 
+def _why(leases: list[LeaseCredit]) -> str:
+    """The numbers that decided, lease by lease."""
+    return "; ".join(f"{v.lease_uuid} {v.detail}" for v in leases)
+
+
 def _moved(before: datetime | None, after: datetime | None, tolerance: timedelta) -> bool:
     """Did an estimate change by more than ``tolerance`` (or appear, or vanish)?"""
     if before is None or after is None:
@@ -97,7 +106,6 @@ class TenantCredit:
         self._saved: TenantSnapshot | None = None
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
-        self._charged_unknown = False  # see _charged_denoms
         #: charged denoms as persisted, for leases whose details a restart lost
         self._restored_charged: set[str] = set()
         #: the last estimate was clamped to the horizon
@@ -233,64 +241,7 @@ class TenantCredit:
             if unknown:
                 denoms |= self._restored_charged
             self._charged = denoms
-            #: no denom known at all: details a restart lost, and none persisted
-            self._charged_unknown = unknown and not denoms
         return self._charged
-
-    def _exhausted(self, balances: dict[str, int], estimate: CreditEstimate | None) -> tuple[str, set[str]]:
-        """Why the credit is gone ("" while it is not), and the charged denoms that are empty.
-
-        Gone: a denom our leases are charged in is at zero, either settled
-        (the account) or once every provider's unsettled accrual is counted
-        (the chain's estimate). Without the second, a tenant whose credit
-        other providers have already used up would look alive until they
-        settle, and its near-past depletion would wake a paid withdraw every
-        ``depletion_check_buffer``. With lease details unknown (restored, not
-        yet re-read) only an empty balance counts as gone (no denoms named:
-        every lease is unpaid).
-        """
-        charged = self._charged
-        if charged is None:
-            charged = self._charged_denoms()
-        if not charged:
-            if not self._charged_unknown:
-                return "", set()  # leases that cost nothing: no balance runs out for them
-            return ("", set()) if any(balances.values()) else ("balance zero", set())
-        empty = {d for d in charged if balances.get(d, 0) <= 0}
-        if empty:
-            return "balance zero", empty
-        if estimate is not None:
-            for rate in estimate.total_rate_per_second:
-                if rate.amount > 0 and rate.denom in charged:
-                    left = 0
-                    for c in estimate.current_balance:
-                        if c.denom == rate.denom:
-                            left = c.amount
-                            break
-                    if left <= 0:
-                        empty.add(rate.denom)
-            if empty:
-                return "credit used up counting unsettled accrual", empty
-        return "", empty
-
-    def _unpaid(self, empty: set[str], balances: dict[str, int]) -> list[str]:
-        """Our leases that the empty denoms leave unpaid: those charged in one of them.
-
-        A lease whose details a restart lost is charged in some of the
-        denoms persisted with the tenant (``charged_denoms``): it counts when
-        all of those are empty, or the whole balance is.
-        """
-        everything = not empty or not any(balances.values())
-        restored = self._restored_charged
-        unknown_unpaid = everything or bool(restored and restored <= empty)
-        unpaid = []
-        for u, lease in self.leases.items():
-            if lease is None or not lease.items:  # its price is not known (yet)
-                if unknown_unpaid:
-                    unpaid.append(u)
-            elif any(r > 0 and (everything or d in empty) for d, r in lease.rate_per_second().items()):
-                unpaid.append(u)  # a lease that costs nothing is never unpaid (the chain never closes it)
-        return unpaid
 
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
         s = self.settings
@@ -315,8 +266,15 @@ class TenantCredit:
         s = self.settings
         self.consecutive_errs = 0
         balances = _nonzero(message.account.balances)
+        # The read's leases are the freshest details of ours (price, cursor, tranche).
+        for lease in message.leases:
+            if lease.uuid in self.leases and self.leases[lease.uuid] != lease:
+                self.leases[lease.uuid] = lease
+                self._leases_changed()
+        verdicts = judge(message.account, message.leases, self.leases, now)
+        gone = [v for v in verdicts if v.gone]
+        self.last_balances, self.last_sample_at = balances, now
         closing: tuple[str, ...] = ()
-        gone, empty = self._exhausted(balances, message.estimate)
         if gone:
             if self.zero_since is None:
                 self.zero_since = now
@@ -327,71 +285,45 @@ class TenantCredit:
                 # cycle ended without sending it, the chain actor dropped it.
                 # This read is the fresh one to ask on.
                 self.closing = ()
-            open_leases = tuple(sorted(u for u in self._unpaid(empty, balances) if u not in self.closing))
-            if now >= window_end and open_leases:
-                closing = open_leases
+            to_close = [v for v in gone if v.lease_uuid not in self.closing]
+            why = _why(gone)
+            if now >= window_end and to_close:
+                closing = tuple(sorted(v.lease_uuid for v in to_close))
                 self.closing = self.closing + closing
                 self._closing_cycle = message.cycle
                 self.recheck_at = now + s.credit_check_retry_interval
-                which = f" charged in {', '.join(sorted(empty))}" if len(open_leases) < len(self.leases) else ""
                 text = (
                     f"tenant {self.tenant}: credit gone since {_when(self.zero_since)} for the whole "
-                    f"grace window; closing {len(closing)} lease(s){which}"
+                    f"grace window; closing {len(closing)} lease(s) by the {gone[0].rule}: {_why(to_close)}"
                 )
                 out.append(Send(CHAIN, CloseRequested(message.cycle, self.tenant, closing, s.closure_reason)))
             elif self.closing:
                 self.recheck_at = now + s.credit_check_retry_interval
                 text = f"tenant {self.tenant}: credit gone; closure of {len(self.closing)} lease(s) pending"
-            elif now >= window_end:
-                # Only leases whose details a restart lost are charged in the
-                # empty denom, as far as is known: nothing to close on that.
-                self.recheck_at = now + s.credit_check_retry_interval
-                text = (
-                    f"tenant {self.tenant}: {gone} in {', '.join(sorted(empty))}, which none of its known "
-                    f"leases is charged in; nothing closed, re-check at {_when(self.recheck_at)}"
-                )
             else:
                 self.recheck_at = min(now + s.credit_check_retry_interval, window_end)
                 text = (
-                    f"tenant {self.tenant}: {gone} (since {_when(self.zero_since)}); grace window "
-                    f"ends {_when(window_end)}, re-check at {_when(self.recheck_at)}"
+                    f"tenant {self.tenant}: credit gone for {len(gone)} lease(s) (since {_when(self.zero_since)}) "
+                    f"by the {gone[0].rule}: {why}; grace window ends {_when(window_end)}, "
+                    f"re-check at {_when(self.recheck_at)}"
                 )
-            self.last_balances, self.last_sample_at = balances, now
         else:
             self.recheck_at = None
             if self.closing:
                 # Credit again: a closure still waiting to be sent belongs to
                 # an earlier cycle, which the chain actor drops.
                 self.closing = ()
-            charged = None if self._charged_unknown else self._charged  # none known: every denom counts
-            # Both estimates as seconds from now; only the earlier becomes a time.
-            remote = chain_seconds(message.estimate, charged)
-            picked: Seconds | None
+            prefix = ""
             if self.zero_since is not None:
-                # Credit came back: the window is void and the old baseline
-                # spans a deposit, so burn is measured afresh from here.
                 self.zero_since = None
-                self.last_balances, self.last_sample_at = balances, now
-                picked, source = remote, CHAIN_ESTIMATE
                 prefix = "credit back, grace window cleared; "
-            else:
-                local = None
-                if self.last_balances is not None and self.last_sample_at is not None:
-                    local = burn_seconds(self.last_balances, self.last_sample_at, balances, now, charged)
-                picked = sooner(local, remote)
-                source = BURN_RATE if picked is local else CHAIN_ESTIMATE
-                if self.last_balances != balances or self.last_sample_at is None:
-                    # An unmoved balance saw no settlement: keep the older
-                    # baseline so the next burn spans the whole interval.
-                    self.last_balances, self.last_sample_at = balances, now
-                prefix = ""
-            clamped = picked is not None and picked[2]
+            soonest = min((v for v in verdicts if v.runway_at is not None), key=lambda v: v.runway_at, default=None)
+            new_at = soonest.runway_at if soonest else None
+            clamped = soonest is not None and soonest.clamped
             if not prefix and clamped and self._clamped:
                 # Beyond the horizon the clamped time moves with now: not news.
                 self._verdict(message.cycle, out, "")
                 return
-            estimate = estimate_at(now, picked, source) if picked is not None else None
-            new_at = estimate.at if estimate else None
             unchanged = not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
             self._clamped = clamped
             if not prefix and unchanged:
@@ -400,13 +332,14 @@ class TenantCredit:
                 self._verdict(message.cycle, out, "")
                 return
             self.depletion_at = new_at
-            if estimate is None:
-                text = f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, no burn seen yet"
+            if soonest is None:
+                text = f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, no lease of ours costs anything"
             else:
-                clamp = " (clamped to the horizon)" if estimate.clamped else ""
+                clamp = " (clamped to the horizon)" if clamped else ""
                 text = (
-                    f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, "
-                    f"depletes at {_when(estimate.at)}{clamp} ({estimate.denom}, by {estimate.source})"
+                    f"tenant {self.tenant}: {prefix}balance {format_coins(coins(balances))}, lease "
+                    f"{soonest.lease_uuid} runs dry at {_when(new_at)}{clamp} by the {soonest.rule} "
+                    f"({soonest.detail})"
                 )
         out.append(Note(text, self.tenant))
         self._verdict(message.cycle, out, text, closing)

@@ -1,23 +1,46 @@
-"""One withdraw cycle: paging provider-wide ``MsgWithdraw`` through ``next_key``.
+"""One withdraw cycle, on a chain with or without the withdraw cursor.
 
-A cycle sends page 1 with an empty key and threads each answer's
-``next_key`` into the next page, until the key comes back empty (drained) or
-``max_withdraw_iterations`` pages are done (reported as hitting the bound,
-not as an error: the next cycle resumes from the start).
+A cycle first asks ``ProviderWithdrawable`` whether anything is due; when
+the node says nothing is, no paid tx is sent (as the production client
+does). Then it reaches every active lease one of two ways (CHAIN-VERSIONS.md
+2.1, 2.2, 6.1):
 
-Failure rules:
+- **with the cursor** (the current chain): provider-wide ``MsgWithdraw``
+  pages, each answer's ``next_key`` threaded into the next page, until the
+  key comes back empty (drained) or ``max_withdraw_iterations`` pages are
+  done (reported as hitting the bound, not as an error: the next cycle
+  resumes from the start). Every page's ``failed_lease_uuids`` go to the
+  failing leases (``actors.withdraw_failures``): the cursor moved past them.
+- **without it** (v2.1.0, whose provider-wide call restarts at the first
+  lease every time, ``has_more`` stuck true): the ACTIVE leases are listed
+  and withdrawn by name, at most ``MAX_BATCH_LEASE_SIZE`` a tx, and each
+  lease near the end of its credit in a tx of its own (``alone``: v2.1.0
+  books an auto-close in a named withdraw as amount 0, and only a lease
+  alone in its tx has the tx's total as its own). A batch that fails for a
+  reason of its own is split until the failing lease stands alone.
 
-- A transient error on a page that cannot have been applied (refused before
+Which one is learned at run time, never assumed: a listing whose leases
+carry no ``reservation`` (field 16, on every lease of the current chain)
+is v2.1.0; otherwise the first page says, and a first page with
+``has_more`` and an empty ``next_key`` means no cursor. A ``key`` the
+server did not return is never sent. Then the failing leases whose backoff
+has passed are retried, each alone.
+
+Failure rules, for pages and named batches alike:
+
+- A transient error on a tx that cannot have been applied (refused before
   inclusion) is retried with exponential backoff: ``max_retries`` tries in
   all, delays ``initial_backoff`` doubling, capped at ``max_backoff``.
-- A page that may have committed (broadcast, inclusion unknown) is never
-  re-driven: re-sending it with the same key would settle leases twice over
-  the cursor. The cycle ends there, with the error.
-- Any other error ends the cycle.
-- "No withdrawable amount" on the first page is a drained provider, not an error.
+- A tx that may have committed (broadcast, inclusion unknown) is never
+  re-driven: re-sending a page with the same key would settle leases twice
+  over the cursor. The cycle ends there, with the error, and the chain actor
+  looks the tx up.
+- "No withdrawable amount" (15) is nothing due, not an error.
+- Any other error ends a provider-wide cycle; a named batch is split (see
+  above), a single lease goes to the failing leases.
 
-Each included page is told to the ledger: the page (``WithdrawalRecorded``)
-and what it settled on each lease (the page's ``LeaseSettled``, read by the
+Each included tx is told to the ledger: the tx (``WithdrawalRecorded``) and
+what it settled on each lease (the page's ``LeaseSettled``, read by the
 chain client from the tx's ``provider_withdraw`` events).
 """
 
@@ -29,10 +52,20 @@ from actors.scheduler_settings import SchedulerSettings
 from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
 from messages.coins import Coin, add_coins, format_coins
-from messages.chain_actor import RetryWithdrawPage, WithdrawPageAnswered, WithdrawPageCall
+from chain.model import MAX_BATCH_LEASE_SIZE
+from messages.chain_actor import (
+    ActiveLeasesCall,
+    RetryWithdrawPage,
+    WithdrawableAnswered,
+    WithdrawableCall,
+    WithdrawLeasesCall,
+    WithdrawPageAnswered,
+    WithdrawPageCall,
+)
 from messages.ledger import SettlementsRecorded, WithdrawalRecorded
-from messages.scheduler import WithdrawFinished
+from messages.scheduler import ActiveLeasesRead, WithdrawFinished
 from actors.effects import Effect, Note, Send
+from actors.withdraw_failures import FailingLeases
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 
 __all__ = ["WithdrawCycle", "backoff_delay", "page_to_ledger"]
@@ -65,26 +98,107 @@ def page_to_ledger(cycle: int, page_no: int, page: WithdrawPage, now: datetime) 
 
 
 class WithdrawCycle:
-    """The state of one cycle's paging; created per ``WithdrawRequested``."""
+    """The state of one cycle; created per ``WithdrawRequested``.
 
-    def __init__(self, cycle: int, settings: SchedulerSettings) -> None:
+    ``cursor`` is what the chain actor knows of the chain (True, False, or
+    None while unknown); the cycle may learn it, and the actor keeps it.
+    """
+
+    def __init__(
+        self,
+        cycle: int,
+        settings: SchedulerSettings,
+        cursor: bool | None = None,
+        failing: FailingLeases | None = None,
+        alone: tuple[str, ...] = (),
+    ) -> None:
         self.cycle = cycle
         self.settings = settings
-        self.page = 1
+        self.cursor = cursor
+        self.failing = failing if failing is not None else FailingLeases(settings.withdraw_interval)
+        self.alone = frozenset(alone)
+        self.page = 0
         self.attempt = 1
         self.key = b""
         self.total: tuple[Coin, ...] = ()
         self.withdrawal_count = 0
         self.tx_hashes: list[str] = []
         self.done = False
+        self.nothing_due = False
+        #: "due", "listing", "pages", "named", "retrying"
+        self.phase = "due"
+        #: named batches still to send (the first is in flight in "named"/"retrying")
+        self.queue: list[tuple[str, ...]] = []
+        self.batch: tuple[str, ...] = ()
 
     def begin(self) -> list[Effect]:
-        return [Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key))]
+        return [Send(CHAIN_IO, WithdrawableCall(self.cycle))]
+
+    def withdrawable(self, message: WithdrawableAnswered, now: datetime) -> list[Effect]:
+        if self.done or self.phase != "due":
+            return []
+        if message.error is None and message.due == ():
+            self.nothing_due = True
+            return [Note("nothing is due by ProviderWithdrawable: no paid withdraw this cycle")] + self._finish()
+        if self.cursor:
+            return self._next_page()
+        self.phase = "listing"
+        return [Send(CHAIN_IO, ActiveLeasesCall(self.cycle, CHAIN))]
+
+    def leases_read(self, message: ActiveLeasesRead, now: datetime) -> list[Effect]:
+        if self.done or self.phase != "listing":
+            return []
+        if message.error is not None:
+            return [Note(f"withdraw: could not list the active leases ({message.error.message}); cycle ends")] + self._finish(
+                error=message.error
+            )
+        out: list[Effect] = []
+        if self.cursor is None:
+            if message.leases and all(lease.reservation is None for lease in message.leases):
+                self.cursor = False
+                out.append(Note(
+                    "the chain has no withdraw cursor (its leases carry no reservation field: v2.1.0); "
+                    "every lease is withdrawn by name"
+                ))
+            else:
+                if any(lease.reservation is not None for lease in message.leases):
+                    self.cursor = True  # field 16 is newer than the cursor: the current chain
+                return self._next_page()
+        uuids = sorted(lease.uuid for lease in message.leases)
+        alone = [(u,) for u in uuids if u in self.alone]
+        rest = [u for u in uuids if u not in self.alone]
+        self.queue = alone + [tuple(rest[i : i + MAX_BATCH_LEASE_SIZE]) for i in range(0, len(rest), MAX_BATCH_LEASE_SIZE)]
+        self.phase = "named"
+        return out + self._next_batch(now)
 
     def retry(self, message: RetryWithdrawPage) -> list[Effect]:
         if self.done or (message.page, message.attempt) != (self.page, self.attempt):
             return []  # a retry timer left over from an earlier state
-        return [Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key))]
+        return [self._call()]
+
+    def _call(self) -> Send:
+        if self.phase == "pages":
+            return Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key))
+        return Send(CHAIN_IO, WithdrawLeasesCall(self.cycle, self.page, self.attempt, self.batch))
+
+    def _next_page(self) -> list[Effect]:
+        self.phase = "pages"
+        self.page += 1
+        self.attempt = 1
+        return [self._call()]
+
+    def _next_batch(self, now: datetime) -> list[Effect]:
+        if self.phase == "named" and not self.queue:
+            self.phase = "retrying"
+            self.queue = [(u,) for u in self.failing.due(now)]
+        if not self.queue:
+            return self._finish()
+        if self.page >= self.settings.max_withdraw_iterations:
+            return self._finish(hit_bound=True)
+        self.batch = self.queue.pop(0)
+        self.page += 1
+        self.attempt = 1
+        return [self._call()]
 
     def answered(self, message: WithdrawPageAnswered, now: datetime) -> list[Effect]:
         if self.done or (message.page, message.attempt) != (self.page, self.attempt):
@@ -97,54 +211,78 @@ class WithdrawCycle:
         self.withdrawal_count += page.withdrawal_count
         self.tx_hashes.append(page.tx_hash)
         out = page_to_ledger(self.cycle, self.page, page, now)
-        if not page.next_key:
-            return out + self._finish()
-        if self.page >= self.settings.max_withdraw_iterations:
-            return out + self._finish(hit_bound=True)
-        self.page += 1
-        self.attempt = 1
-        self.key = page.next_key
-        out.append(Send(CHAIN_IO, WithdrawPageCall(self.cycle, self.page, self.attempt, self.key)))
-        return out
+        if self.phase == "pages":
+            if page.failed_lease_uuids:
+                out += self.failing.failed(page.failed_lease_uuids, "its settlement failed in a provider-wide page", now)
+            if self.page == 1 and page.has_more and not page.next_key:
+                # has_more with no key to go on: a chain without the cursor (v2.1.0).
+                self.cursor = False
+                self.phase = "listing"
+                return out + [
+                    Note("the chain has no withdraw cursor (has_more without next_key); the other leases go by name"),
+                    Send(CHAIN_IO, ActiveLeasesCall(self.cycle, CHAIN)),
+                ]
+            if page.next_key:
+                self.cursor = True
+            if not page.next_key:
+                return out + self._after_pages(now)
+            if self.page >= self.settings.max_withdraw_iterations:
+                return out + self._finish(hit_bound=True)
+            self.key = page.next_key
+            return out + self._next_page()
+        if self.phase == "retrying":
+            out += self.failing.recovered(self.batch[0], "recovered")
+        return out + self._next_batch(now)
+
+    def _after_pages(self, now: datetime) -> list[Effect]:
+        self.phase = "named"
+        return self._next_batch(now)
 
     def _failed(self, error: ChainFailure, now: datetime) -> list[Effect]:
         s = self.settings
-        if error.codespace == BILLING and error.code == NO_WITHDRAWABLE and self.page == 1:
-            return self._finish()
+        if error.codespace == BILLING and error.code == NO_WITHDRAWABLE:
+            if self.phase == "pages":
+                return self._after_pages(now)
+            if self.phase == "retrying":
+                return self.failing.recovered(self.batch[0], "has nothing left to withdraw") + self._next_batch(now)
+            return self._next_batch(now)  # nothing due on these leases
+        what = f"withdraw page {self.page}" if self.phase == "pages" else f"withdraw of {len(self.batch)} lease(s) by name"
         if error.transient and not error.may_have_committed and self.attempt < s.max_retries:
             delay = backoff_delay(self.attempt, s.initial_backoff, s.max_backoff)
             self.attempt += 1
             return [
-                Note(
-                    f"withdraw page {self.page} failed ({error.message}); try {self.attempt} of "
-                    f"{s.max_retries} in {delay.total_seconds():g}s"
-                ),
+                Note(f"{what} failed ({error.message}); try {self.attempt} of {s.max_retries} in {delay.total_seconds():g}s"),
                 Send(CHAIN, RetryWithdrawPage(self.cycle, self.page, self.attempt), at=now + delay),
             ]
         if error.may_have_committed:
             why = "it may have been applied, so it is not sent again (the chain actor looks its tx up)"
+        elif self.phase != "pages" and not error.transient:
+            if len(self.batch) > 1:
+                half = len(self.batch) // 2
+                self.queue[:0] = [self.batch[:half], self.batch[half:]]
+                return [Note(f"{what} failed ({error.message}); split in two to find the lease that fails")] + self._next_batch(now)
+            return self.failing.failed(self.batch, error, now) + self._next_batch(now)
         elif error.transient:
             why = f"gave up after {self.attempt} tries"
         else:
             why = "not retryable"
-        return [Note(f"withdraw page {self.page} failed ({error.message}); {why}; cycle ends")] + self._finish(
-            error=error
-        )
+        return [Note(f"{what} failed ({error.message}); {why}; cycle ends")] + self._finish(error=error)
 
     def _finish(self, hit_bound: bool = False, error: ChainFailure | None = None) -> list[Effect]:
         self.done = True
         pages = len(self.tx_hashes)
         out: list[Effect] = []
-        if error is None:
+        if error is None and not self.nothing_due:
             bound = (
-                f"; stopped at the bound of {self.settings.max_withdraw_iterations} pages with leases left"
+                f"; stopped at the bound of {self.settings.max_withdraw_iterations} txs with leases left"
                 if hit_bound
                 else ""
             )
+            failing = f"; {len(self.failing)} lease(s) whose withdraw keeps failing" if len(self.failing) else ""
             out.append(
                 Note(
                     f"withdrew {format_coins(self.total)} from {self.withdrawal_count} lease(s) "
-                    f"in {pages} page(s){bound}"
+                    f"in {pages} tx(s){bound}{failing}"
                 )
             )
         out.append(
@@ -158,6 +296,8 @@ class WithdrawCycle:
                     tx_hashes=tuple(self.tx_hashes),
                     hit_page_bound=hit_bound,
                     error=error,
+                    failing=self.failing.report(),
+                    nothing_due=self.nothing_due,
                 ),
             )
         )

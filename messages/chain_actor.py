@@ -13,12 +13,16 @@ from dataclasses import dataclass
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
+from messages.coins import Coin
 from messages.ledger import WithdrawLookupOpened
 
 __all__ = [
     "WithdrawRequested",
     "FlushClosures",
     "RetryWithdrawPage",
+    "WithdrawableCall",
+    "WithdrawableAnswered",
+    "WithdrawLeasesCall",
     "WithdrawPageCall",
     "WithdrawPageAnswered",
     "WithdrawTxCall",
@@ -44,6 +48,10 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class WithdrawRequested:
     cycle: int
+    #: Leases near the end of their credit, to be withdrawn each in a tx of
+    #: its own where leases go by name: what a v2.1.0 auto-close in a named
+    #: withdraw moved is only known when it is alone in its tx.
+    alone: tuple[str, ...] = ()
 
 
 @message("flush_closures")
@@ -63,6 +71,35 @@ class RetryWithdrawPage:
 
 
 # -- calls to chain-io and their answers --------------------------------------------
+@message("withdrawable_call")
+@dataclass(frozen=True, slots=True)
+class WithdrawableCall:
+    """Is anything due? (``ChainClient.provider_withdrawable``), asked before a paid withdraw."""
+
+    cycle: int
+
+
+@message("withdrawable_answered")
+@dataclass(frozen=True, slots=True)
+class WithdrawableAnswered:
+    """``due``: what is due (``()``: nothing at all); None with no error: the node cannot tell."""
+
+    cycle: int
+    due: tuple[Coin, ...] | None = None
+    error: ChainFailure | None = None
+
+
+@message("withdraw_leases_call")
+@dataclass(frozen=True, slots=True)
+class WithdrawLeasesCall:
+    """One named ``MsgWithdraw`` of these leases, as page ``page`` of the cycle; answered like a page."""
+
+    cycle: int
+    page: int
+    attempt: int
+    lease_uuids: tuple[str, ...]
+
+
 @message("withdraw_page_call")
 @dataclass(frozen=True, slots=True)
 class WithdrawPageCall:
@@ -173,7 +210,7 @@ class LeaseCall:
 @message("credit_call")
 @dataclass(frozen=True, slots=True)
 class CreditCall:
-    """Read one tenant's credit (account + the chain's estimate).
+    """Read one tenant's credit (account + its ACTIVE leases of every provider).
 
     Answered to the tenant's actor with ``CreditRead`` or ``CreditReadFailed``.
     """

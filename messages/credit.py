@@ -46,10 +46,18 @@ class LeaseGone:
 @message("credit_read")
 @dataclass(frozen=True, slots=True)
 class CreditRead:
+    """One complete credit read: the account and the tenant's ACTIVE leases of every provider.
+
+    Both parts or none: a read missing either is a ``CreditReadFailed``.
+    """
+
     cycle: int
     account: CreditAccount
-    #: The chain's CreditEstimate where the query answered; None otherwise.
+    #: Captures made before the credit rule read leases held the chain's
+    #: CreditEstimate here; it decides nothing any more.
     estimate: CreditEstimate | None = None
+    #: Every ACTIVE lease of the tenant, ours and other providers'.
+    leases: tuple[Lease, ...] = ()
 
 
 @message("credit_read_failed")

@@ -70,6 +70,11 @@ class WithdrawFinished:
     #: ``max_withdraw_iterations`` pages were done and the cursor was not empty.
     hit_page_bound: bool = False
     error: ChainFailure | None = None
+    #: Leases whose withdraw keeps failing, and how many times in a row: they
+    #: are retried by name with backoff, reported until they recover.
+    failing: tuple[tuple[str, int], ...] = ()
+    #: ProviderWithdrawable said nothing was due: no paid tx was sent.
+    nothing_due: bool = False
 
 
 @message("active_leases_read")

@@ -56,6 +56,11 @@ def use_chain_version(name: str) -> contextvars.Token:
     return _VERSION.set(name)
 
 
+def withdraw_operation() -> str:
+    """The client call a withdraw goes through on this test's chain: pages with the cursor, by name without."""
+    return "withdraw_by_provider" if chain_version().withdraw_cursor else "withdraw_leases"
+
+
 def chain_model(clock: ManualClock, *, version: ChainVersion | None = None, params: ChainParams = TEST_PARAMS, **kw: Any) -> BillingModel:
     """A chain model on ``clock``, of this test's chain version, with ``TEST_PARAMS``."""
     return BillingModel(clock, version=version or chain_version(), params=params, **kw)

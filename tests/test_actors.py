@@ -21,6 +21,8 @@ from messages.chain_actor import (
     FlushClosures,
     NodeStatusAnswered,
     NodeStatusCall,
+    WithdrawableAnswered,
+    WithdrawableCall,
     WithdrawPageAnswered,
     WithdrawTxSigned,
     WithdrawPageCall,
@@ -59,7 +61,14 @@ def test_chain_actor_pages_through_chain_io_and_reports_to_the_scheduler() -> No
     chain = start_actor(router, ChainActor, d, router, clock, settings())
     chain.tell(WithdrawRequested(1))
     d.run_until_idle()
-    assert io.received == [WithdrawPageCall(1, 1, 1, b"")]
+    assert io.received == [WithdrawableCall(1)]  # anything due? then the leases, to tell the chain's version
+    chain.tell(WithdrawableAnswered(1, (Coin("umfx", 5),)))
+    d.run_until_idle()
+    assert io.received[-1] == ActiveLeasesCall(1, CHAIN)
+    current = Lease("l1", "t1", PROVIDER, (item(1),), reservation=())  # field 16: the current chain
+    chain.tell(ActiveLeasesRead(1, (current,)))
+    d.run_until_idle()
+    assert io.received[-1] == WithdrawPageCall(1, 1, 1, b"")
     chain.tell(WithdrawPageAnswered(1, 1, 1, result=WithdrawPage("TX1", (Coin("umfx", 5),), 1, True, b"k")))
     d.run_until_idle()
     assert io.received[-1] == WithdrawPageCall(1, 2, 1, b"k")
@@ -123,7 +132,7 @@ def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     io.tell(WithdrawPageCall(4, 1, 1, b""))
     d.run_until_idle()
     (read,) = tenant.received
-    assert isinstance(read, CreditRead) and read.account.balances == (Coin("umfx", 50),) and read.estimate is not None
+    assert isinstance(read, CreditRead) and read.account.balances == (Coin("umfx", 50),) and len(read.leases) == 1
     (leases,) = sched.received
     assert isinstance(leases, ActiveLeasesRead) and len(leases.leases) == 1
     signed, page = chain.received  # the tx's hash first, for the books, then the answer

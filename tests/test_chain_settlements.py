@@ -76,17 +76,21 @@ def devnet_leases(world: World) -> dict[str, str]:
     return populate(world.model, world.tenant, lambda t, price, p: world.lease(t, price=price, provider=p))
 
 
-@pytest.mark.xfail_on("v2.1", fact="2.1", reason="the sidecar pages by next_key only; v2.1.0 has no withdraw cursor (issue: the sidecar is right on the real chain)")
-def test_a_paged_withdraw_over_grpc_carries_each_lease_settlement(world: World) -> None:
+def test_a_withdraw_over_grpc_carries_each_lease_settlement(world: World) -> None:
+    """Provider-wide pages on the current chain; named withdraws on v2.1.0, whose auto-close event
+    says amount 0 (2.5): the tx's total books what it moved."""
     leases = devnet_leases(world)
     ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
     world.clock.advance(100)
     client = world.client(withdraw_limit=2)
 
-    first = client.withdraw_by_provider(PROVIDER, b"")
-    second = client.withdraw_by_provider(PROVIDER, first.next_key)
-
-    assert first.has_more and not second.has_more
+    if world.model.version.withdraw_cursor:
+        first = client.withdraw_by_provider(PROVIDER, b"")
+        second = client.withdraw_by_provider(PROVIDER, first.next_key)
+        assert first.has_more and not second.has_more
+    else:
+        first = client.withdraw_leases(sorted(ours)[:2])
+        second = client.withdraw_leases(sorted(ours)[2:])
     settled = first.settlements + second.settlements
     assert sorted(s.lease_uuid for s in settled) == sorted(ours)  # never the other provider's lease
     assert by_lease(settled) == paid(world.model, ours)
@@ -154,7 +158,6 @@ def ledger_settlements(ledger: Ledger) -> dict[str, dict[str, int]]:
     return dict(out)
 
 
-@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_devnet_settlements_reach_the_ledger_through_the_actors(world: World, tmp_path) -> None:
     leases = devnet_leases(world)
     ours = [leases["plain"], leases["two_denoms"], leases["runs_dry"]]
@@ -172,7 +175,6 @@ def test_devnet_settlements_reach_the_ledger_through_the_actors(world: World, tm
         dispatcher.run_until_idle()
 
 
-@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path) -> None:
     clock = ManualClock(utc(2026, 3, 1))
     model = chain_model(clock)
@@ -198,14 +200,14 @@ def test_model_mode_counts_each_settlement_once_with_the_feed_attached(tmp_path)
     try:
         rich = model.lease(leases["plain"]).tenant
         sent: list[LeaseSettled] = []
-        original = client.withdraw_by_provider
+        by_provider, by_name = client.withdraw_by_provider, client.withdraw_leases
 
-        def spy(provider_uuid, key, signed=None):
-            page = original(provider_uuid, key, signed=signed)
+        def spy(page):  # type: ignore[no-untyped-def]
             sent.extend(page.settlements)
             return page
 
-        client.withdraw_by_provider = spy  # type: ignore[method-assign]
+        client.withdraw_by_provider = lambda p, k, signed=None: spy(by_provider(p, k, signed=signed))  # type: ignore[method-assign]
+        client.withdraw_leases = lambda u, signed=None: spy(by_name(u, signed=signed))  # type: ignore[method-assign]
         withdraw_then_close(dispatcher, router, scheduler, clock, [leases["plain"], leases["two_denoms"]], rich)
         # The client reported the model's own tx hashes: the feed's settlements coincide with them.
         assert sent and {s.tx_hash for s in sent} <= set(feed_saw)

@@ -109,7 +109,6 @@ def h():
     harness.close()
 
 
-@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_tenant_running_dry_is_closed_within_the_grace_window_plus_one_check(h: Harness) -> None:
     w = h.w
     (ours,) = h.credit_used_up_elsewhere("dry")
@@ -133,8 +132,19 @@ def test_another_providers_withdraw_exhausting_a_shared_tenant_closes_our_leases
     h.start()
     w.clock.advance(timedelta(seconds=200))  # the other lease owes 20,000: more than the credit
     w.model.withdraw(OTHER_ADDRESS, provider_uuid=OTHER_PROVIDER)  # settles, exhausts, auto-closes theirs
-    # no wake is due for an hour: only the listener's trigger can settle ours now
-    wait_until(lambda: w.model.lease(ours).state == "CLOSED", timeout=10, what="our lease to be auto-closed")
+    if w.model.version.withdrawable_pagination:
+        # No wake is due for an hour: only the listener's trigger can settle ours now, and the
+        # current chain's ProviderWithdrawable (a dry run) says the auto-close is due.
+        wait_until(lambda: w.model.lease(ours).state == "CLOSED", timeout=10, what="our lease to be auto-closed")
+    else:
+        # v2.1.0's ProviderWithdrawable sees nothing to withdraw from a tenant with no credit: the
+        # trigger's cycle sends no tx, and our own close ends the lease after the grace window.
+        h.settle()
+        assert w.model.lease(ours).state == "ACTIVE"
+        for _ in range(40):
+            if w.model.lease(ours).state != "ACTIVE":
+                break
+            h.step(10)
     assert w.model.lease(ours).closure_reason == CREDIT_EXHAUSTED_REASON
     h.settle()
     assert t not in h.core.tenants
@@ -161,7 +171,6 @@ def test_leases_opened_and_closed_during_a_websocket_gap_are_reconciled(h: Harne
     assert c_lease in chain[c] and a not in h.core.tenants
 
 
-@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Harness) -> None:
     w = h.w
     original = h.client.close_leases
@@ -185,7 +194,6 @@ def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Har
     assert w.model.lease(kept).closure_reason == w.config.scheduler.closure_reason
 
 
-@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> None:
     w = h.w
     (ours,) = h.credit_used_up_elsewhere("stale")

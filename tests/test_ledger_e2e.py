@@ -35,7 +35,7 @@ from runtime.clock import ManualClock, utc
 from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
 from sidecar.app import ModelEventFeed, Sidecar
-from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, settle_all
+from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, settle_all, withdraw_operation
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
 pytestmark = pytest.mark.usefixtures("chain_version")
@@ -76,7 +76,12 @@ class RecordingClient(ModelChainClient):
     vanish = False
 
     def withdraw_by_provider(self, provider_uuid: str, key: bytes, signed=None) -> WithdrawPage:
-        page = super().withdraw_by_provider(provider_uuid, key, signed=signed)
+        return self._recorded(super().withdraw_by_provider(provider_uuid, key, signed=signed))
+
+    def withdraw_leases(self, lease_uuids, signed=None) -> WithdrawPage:  # type: ignore[no-untyped-def]
+        return self._recorded(super().withdraw_leases(lease_uuids, signed=signed))
+
+    def _recorded(self, page: WithdrawPage) -> WithdrawPage:
         self.pages.append(page)
         if self.vanish:
             raise _Vanished()
@@ -331,7 +336,6 @@ def crash(tmp_path_factory, chain_version) -> Crash:
     )
 
 
-@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
     chain, ledger = crash.chain, crash.second.ledger
     # No lease event heard by a running sidecar is lost or doubled; the one emitted
@@ -378,7 +382,6 @@ def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
     assert set(by_tenant) == {RICH, SHARED, POOR} and ledger.lease(crash.l1) is not None
 
 
-@pytest.mark.xfail_on("current", "v2.1", fact="2.7", reason="the sidecar takes CreditEstimate for a forecast counting unsettled accrual; it counts none, so credit used up elsewhere is not seen gone (issue: the sidecar is right on the real chain)")
 def test_killed_and_restarted_the_zero_balance_grace_window_keeps_its_start(crash):
     window = SCHEDULER.credit_check_zero_grace_period
     assert crash.l3_closed_at is not None, "not closed within the window that began before the crash"
@@ -407,12 +410,11 @@ def _booked(ledger: Ledger, tx_hash: str) -> tuple[int, int]:
     return w, s
 
 
-@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_a_withdraw_whose_answer_was_lost_reaches_the_books_by_its_tx(tmp_path):
     """The page was applied but its answer never came: looked up by its tx hash, it is booked."""
     chain, withdraw_txs = _withdraw_world(3, 5)
     life = Life(chain, tmp_path / "ledger.sqlite")
-    life.client.faults.lose_answer("withdraw_by_provider")
+    life.client.faults.lose_answer(withdraw_operation())
     # Up to the first withdraw: applied on chain, its answer lost.
     life.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
     [lost] = withdraw_txs
@@ -429,7 +431,7 @@ def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path
     chain, withdraw_txs = _withdraw_world(3)
     path = tmp_path / "ledger.sqlite"
     first = Life(chain, path)
-    first.client.faults.lose_answer("withdraw_by_provider")
+    first.client.faults.lose_answer(withdraw_operation())
     first.run_until(chain.clock.now() + timedelta(hours=2), stop=lambda: bool(withdraw_txs))
     [lost] = withdraw_txs
     assert [w.tx_hash for w in first.ledger.withdraw_lookups()] == [lost]
@@ -444,7 +446,6 @@ def test_killed_before_the_lookup_the_restarted_sidecar_goes_on_with_it(tmp_path
     assert second.ledger.withdraw_lookups() == []  # the lookup ended, and says so in the books
 
 
-@pytest.mark.xfail_on("v2.1", fact="2.5", reason="v2.1.0's provider-wide withdraw emits no per-lease provider_withdraw: its settlements come from named withdraws (issue: the sidecar is right on the real chain)")
 def test_killed_while_the_client_waited_for_inclusion_the_restarted_sidecar_books_the_page(tmp_path):
     """The tx's hash reaches the books when it is signed: a death before any answer does not lose the page."""
     chain, withdraw_txs = _withdraw_world(3, 5)

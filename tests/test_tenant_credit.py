@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 from actors.effects import Send
 from actors.tenant_credit import TenantCredit
-from messages.chain import ChainFailure, CreditAccount, CreditEstimate, Lease
+from messages.chain import ChainFailure, CreditAccount, Lease
 from messages.coins import Coin
 from messages.credit import (
     CloseFailed,
@@ -21,7 +22,7 @@ from messages.credit import (
 from messages.ledger import TenantForgotten, TenantStateChanged
 from messages.scheduler import TenantChecked
 from runtime.clock import utc
-from tests.support import PROVIDER, item, settings
+from tests.support import OTHER, PROVIDER, item, settings
 
 T0 = utc(2026, 3, 1)
 S = settings()
@@ -37,9 +38,12 @@ def monitor() -> TenantCredit:
     return m
 
 
-def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, estimate: CreditEstimate | None = None,
-         cycle: int = 1):
-    return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx), Coin("upwr", upwr))), estimate), at)
+def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, cycle: int = 1, leases=None, **account):
+    """A read of the balances given, and of ``leases`` (default: the monitor's, none of them accrued yet)."""
+    if leases is None:
+        leases = tuple(lease for lease in m.leases.values() if lease is not None)
+    balances = (Coin("umfx", umfx), Coin("upwr", upwr))
+    return m.handle(CreditRead(cycle, CreditAccount("t", balances, **account), leases=tuple(leases)), at)
 
 
 def sent(effects, kind):
@@ -130,33 +134,46 @@ def test_closure_pending_is_not_requested_twice() -> None:
     assert not sent(read(m, end + timedelta(seconds=30), 0), CloseRequested)
 
 
-def test_depletion_uses_the_earlier_estimate_and_says_which() -> None:
-    m = monitor()
-    read(m, T0, 1000)
-    # burn: 100 used in 100 s -> 900 s left; the chain sees only 60 s left
-    est = CreditEstimate("t", (Coin("umfx", 60), Coin("upwr", 10**6)), (Coin("umfx", 1),), 60)
-    out = read(m, T0 + timedelta(seconds=100), 900, estimate=est)
+def settled(lease: Lease, at: datetime, reservation=None, **kw) -> Lease:
+    """``lease`` as a chain read shows it: last settled at ``at`` (and its tranche, on the current chain)."""
+    if reservation is not None:
+        kw.setdefault("min_lease_duration_at_creation", 60)  # its own tranche, not the legacy cohort's
+    return dataclasses.replace(lease, last_settled_at=at, reservation=reservation, **kw)
+
+
+def test_depletion_is_the_runway_of_the_lease_that_runs_dry_first() -> None:
+    """v2.1.0 (no reservation field): balance over every lease's rate, unsettled accrual counted."""
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced(LEASES[:1]), T0)  # 2 umfx/s
+    other = Lease("o1", "t", OTHER, (item(3),))  # another provider's, 3 umfx/s, drawing on the same credit
+    out = read(m, T0 + timedelta(seconds=100), 1000, leases=(settled(LEASES[0], T0), settled(other, T0)))
     v = verdict(out)
-    assert v.depletion_at == T0 + timedelta(seconds=160) and "chain estimate" in v.note
-    out = read(m, T0 + timedelta(seconds=200), 800)
-    assert verdict(out).depletion_at == T0 + timedelta(seconds=200 + 800) and "burn rate" in verdict(out).note
+    # 1000 umfx at 5 umfx/s from T0: the 200th second; 500 of it already accrued at the read.
+    assert v.depletion_at == T0 + timedelta(seconds=200) and "raw-balance rule" in v.note and "l1" in v.note
 
 
-def test_unmoved_balance_keeps_the_older_baseline() -> None:
-    m = monitor()
-    read(m, T0, 1000)
-    read(m, T0 + timedelta(seconds=50), 1000)  # no settlement in between
-    out = read(m, T0 + timedelta(seconds=100), 900)
-    # 100 consumed over the whole 100 s, not over the last 50
-    assert verdict(out).depletion_at == T0 + timedelta(seconds=100 + 900)
+def test_on_the_current_chain_other_leases_reservations_are_not_ours_to_spend() -> None:
+    """Reservation-aware: the lease spends its own tranche and the unreserved pool, never another's tranche."""
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced(LEASES[:1]), T0)
+    ours = settled(LEASES[0], T0, reservation=(Coin("umfx", 100),))
+    pending_elsewhere = 600  # a PENDING lease of another provider reserves it; B stays above it
+    out = read(m, T0, 1000, leases=(ours,), reserved_amounts=(Coin("umfx", 100 + pending_elsewhere),))
+    # S = 1000 - (700 - 100) = 400 at 2 umfx/s: dry in 200 s, while the balance never falls below 600.
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=200)
+    assert "reservation-aware rule" in verdict(out).note
+    out = read(m, T0 + timedelta(seconds=200), 1000, leases=(ours,), reserved_amounts=(Coin("umfx", 700),))
+    assert m.zero_since == T0 + timedelta(seconds=200)  # exhausted with 1000 umfx on the account
+    assert "accrued 400 >= spendable 400" in verdict(out).note
 
 
-def test_credit_used_up_by_unsettled_accrual_starts_the_window() -> None:
-    m = monitor()
-    est = CreditEstimate("t", (Coin("umfx", 0), Coin("upwr", 10**6)), (Coin("umfx", 5),), 0)
-    out = read(m, T0, 700, estimate=est)
-    assert m.zero_since == T0 and verdict(out).depletion_at is None
-    assert "unsettled accrual" in verdict(out).note
+def test_credit_used_up_by_another_providers_unsettled_accrual_starts_the_window() -> None:
+    m = TenantCredit("t", S)
+    m.handle(LeasesSynced(LEASES[:1]), T0)
+    other = Lease("o1", "t", OTHER, (item(100),))
+    out = read(m, T0 + timedelta(seconds=10), 700, leases=(settled(LEASES[0], T0), settled(other, T0)))
+    assert m.zero_since == T0 + timedelta(seconds=10) and verdict(out).depletion_at is None
+    assert "other leases' unsettled accrual 1000" in verdict(out).note
 
 
 def test_state_is_persisted_and_a_tenant_without_leases_is_forgotten() -> None:
@@ -176,23 +193,22 @@ def test_restore_keeps_the_window_and_the_streak() -> None:
     back = TenantCredit("t", S)
     back.handle(TenantRestored(snap), T0 + timedelta(minutes=1))
     assert (back.zero_since, back.consecutive_errs, back.last_balances) == (T0, 1, m.last_balances)
-    # unknown lease details after a restore: an empty balance still counts as gone
-    out = back.handle(CreditRead(2, CreditAccount("t", ())), T0 + S.credit_check_zero_grace_period)
+    # Lease details lost with the restart come back with the read itself.
+    out = back.handle(CreditRead(2, CreditAccount("t", ()), leases=LEASES), T0 + S.credit_check_zero_grace_period)
     (req,) = sent(out, CloseRequested)
     assert req.lease_uuids == ("l1", "l2")
 
 
-def test_restored_inside_the_window_keeps_it_with_prices_still_unknown() -> None:
+def test_restored_inside_the_window_keeps_it() -> None:
     m = TenantCredit("t", S)
-    m.handle(LeasesSynced((Lease("l1", "t", PROVIDER, (item(2),)),)), T0)
+    m.handle(LeasesSynced(LEASES[:1]), T0)
     read(m, T0, umfx=0, upwr=10**6)  # umfx is what the lease is charged in
     back = TenantCredit("t", S)
     back.handle(TenantRestored(m.snapshot()), T0 + timedelta(minutes=2))
-    out = back.handle(
-        CreditRead(2, CreditAccount("t", (Coin("upwr", 10**6),))), T0 + timedelta(minutes=3)
-    )
+    gone = CreditAccount("t", (Coin("upwr", 10**6),))
+    out = back.handle(CreditRead(2, gone, leases=LEASES[:1]), T0 + timedelta(minutes=3))
     assert back.zero_since == T0 and not sent(out, CloseRequested)  # the window goes on
-    out = back.handle(CreditRead(3, CreditAccount("t", (Coin("upwr", 10**6),))), T0 + S.credit_check_zero_grace_period)
+    out = back.handle(CreditRead(3, gone, leases=LEASES[:1]), T0 + S.credit_check_zero_grace_period)
     assert sent(out, CloseRequested)
 
 
@@ -237,8 +253,9 @@ def test_a_refunded_tenant_is_not_closed_by_its_request_from_a_cycle_that_ended_
     read(t, T0, 0, cycle=10)
     to_chain(read(t, end, 0, cycle=11))  # cycle 11 had ended: the scheduler sends no FlushClosures(11)
     read(t, end + timedelta(minutes=10), 10**9, cycle=12)  # the tenant pays again
-    u.handle(CreditRead(13, CreditAccount("u", ())), end + timedelta(minutes=15))
-    to_chain(u.handle(CreditRead(14, CreditAccount("u", ())), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
+    lu = tuple(u.leases.values())
+    u.handle(CreditRead(13, CreditAccount("u", ()), leases=lu), end + timedelta(minutes=15))
+    to_chain(u.handle(CreditRead(14, CreditAccount("u", ()), leases=lu), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
     out = chain.handle(FlushClosures(14), end + timedelta(minutes=30))
     assert any("dropped the closure requests of 1 tenant(s) (t)" in getattr(e, "text", "") for e in out)
     (status_call,) = [e.message for e in out if isinstance(e, Send)]
@@ -252,18 +269,12 @@ def test_depletion_counts_only_the_denoms_our_leases_are_charged_in() -> None:
     """Another provider's denom running out must not drive our wakes (it would wake a paid withdraw every 10 s)."""
     m = TenantCredit("t", S)
     m.handle(LeasesSynced((Lease("l1", "t", PROVIDER, (item(2),)),)), T0)  # umfx only
-    read(m, T0, umfx=10**6, upwr=1000)
-    # upwr (not ours) is used up by another provider's unsettled lease: the chain's
-    # estimate says 0 s; umfx lasts 10**6 / 4 s at every provider's umfx rate.
-    est = CreditEstimate("t", (Coin("umfx", 10**6), Coin("upwr", 0)), (Coin("umfx", 4), Coin("upwr", 9)), 0)
-    out = read(m, T0 + timedelta(seconds=100), umfx=10**6, upwr=0, estimate=est)
+    theirs = Lease("o1", "t", OTHER, (item(9, denom="upwr"), item(2)))  # upwr and umfx
+    leases = (settled(LEASES[0], T0), settled(theirs, T0))
+    out = read(m, T0 + timedelta(seconds=100), umfx=10**6, upwr=0, leases=leases)
     v = verdict(out)
-    assert m.zero_since is None and v.depletion_at == T0 + timedelta(seconds=100 + 250_000)
-    assert "(umfx, by chain estimate)" in v.note
-    # Our own denom first: the chain's figure stands.
-    est = CreditEstimate("t", (Coin("umfx", 100), Coin("upwr", 10**9)), (Coin("umfx", 4), Coin("upwr", 9)), 25)
-    out = read(m, T0 + timedelta(seconds=200), umfx=10**6, upwr=10**9, estimate=est)
-    assert verdict(out).depletion_at == T0 + timedelta(seconds=225)
+    # upwr (not ours) is gone; umfx lasts 10**6 / 4 s at both leases' umfx rate.
+    assert m.zero_since is None and v.depletion_at == T0 + timedelta(seconds=250_000) and "umfx" in v.note
 
 
 def test_a_lease_that_costs_nothing_is_never_closed_nor_woken_for() -> None:
@@ -276,21 +287,21 @@ def test_a_lease_that_costs_nothing_is_never_closed_nor_woken_for() -> None:
     assert req.lease_uuids == ("l1",)
     alone = TenantCredit("t", S)
     alone.handle(LeasesSynced((free,)), T0)
-    est = CreditEstimate("t", (Coin("upwr", 0),), (Coin("upwr", 9),), 0)  # another provider's, used up
-    out = alone.handle(CreditRead(1, CreditAccount("t", ()), est), T0)
+    theirs = settled(Lease("o1", "t", OTHER, (item(9, denom="upwr"),)), T0)  # another provider's, used up
+    out = alone.handle(CreditRead(1, CreditAccount("t", ()), leases=(free, theirs)), T0 + timedelta(seconds=5))
     assert alone.zero_since is None and verdict(out).depletion_at is None and not sent(out, CloseRequested)
 
 
-def test_a_lease_known_only_from_its_event_is_no_free_lease() -> None:
-    """Its price is not known yet (no items): a zero balance still closes it, the chain's estimate still counts."""
+def test_a_lease_known_only_from_its_event_is_judged_on_the_details_the_read_brings() -> None:
+    """Its price is not known yet (no items): the read's own copy of the lease has them."""
     opened = Lease("l-new", "t", PROVIDER, (), state="ACTIVE")  # as the scheduler builds it from the event
+    full = Lease("l-new", "t", PROVIDER, (item(1),), last_settled_at=T0)
     m = TenantCredit("t", S)
     m.handle(LeaseOpened(opened), T0)
-    m.handle(CreditRead(1, CreditAccount("t", ())), T0)
-    (req,) = sent(m.handle(CreditRead(2, CreditAccount("t", ())), T0 + S.credit_check_zero_grace_period), CloseRequested)
+    out = m.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", 1000),)), leases=(full,)), T0)
+    assert verdict(out).depletion_at == T0 + timedelta(seconds=1000) and m.leases["l-new"] == full
+    m.handle(CreditRead(2, CreditAccount("t", ()), leases=(full,)), T0)
+    (req,) = sent(m.handle(CreditRead(3, CreditAccount("t", ()), leases=(full,)), T0 + S.credit_check_zero_grace_period), CloseRequested)
     assert req.lease_uuids == ("l-new",)
-    other = TenantCredit("t", S)
-    other.handle(LeaseOpened(opened), T0)
-    est = CreditEstimate("t", (Coin("umfx", 1000),), (Coin("umfx", 1),), 1000)
-    out = other.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", 1000),)), est), T0)
-    assert verdict(out).depletion_at == T0 + timedelta(seconds=1000)
+
+

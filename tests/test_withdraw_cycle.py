@@ -12,6 +12,7 @@ from chain.errors import BILLING, NO_WITHDRAWABLE
 from messages.chain import ChainFailure, WithdrawPage
 from messages.chain_actor import (
     RetryWithdrawPage,
+    WithdrawableAnswered,
     WithdrawPageAnswered,
     WithdrawPageCall,
     WithdrawLookupsRestored,
@@ -40,13 +41,32 @@ def page(n: int, next_key: bytes) -> WithdrawPage:
     return WithdrawPage(f"TX{n}", (Coin("umfx", 10 * n),), 2, bool(next_key), next_key)
 
 
+DUE = (Coin("umfx", 1),)
+
+
+def paging(s=None, cycle: int = 1):
+    """A cycle on a chain with the cursor, past its "anything due?" question: (cycle, its first page's effects)."""
+    c = WithdrawCycle(cycle, s or settings(), cursor=True)
+    c.begin()
+    return c, c.withdrawable(WithdrawableAnswered(cycle, DUE), T0)
+
+
+def paging_chain() -> ChainDecisions:
+    """A chain actor that knows its chain has the cursor, with cycle 1 at its first page."""
+    chain = ChainDecisions(settings())
+    chain.cursor = True
+    chain.handle(WithdrawRequested(1), T0)
+    chain.handle(WithdrawableAnswered(1, DUE), T0)
+    return chain
+
+
 def only(effects, kind):
     return [e for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
 
 
 def test_pages_until_the_cursor_is_empty() -> None:
-    c = WithdrawCycle(1, settings())
-    (call,) = only(c.begin(), WithdrawPageCall)
+    c, first = paging(settings())
+    (call,) = only(first, WithdrawPageCall)
     assert call.message.key == b""
     out = c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
     (call,) = only(out, WithdrawPageCall)
@@ -59,8 +79,7 @@ def test_pages_until_the_cursor_is_empty() -> None:
 
 
 def test_stops_at_the_page_bound_and_reports_it() -> None:
-    c = WithdrawCycle(1, settings(max_withdraw_iterations=2))
-    c.begin()
+    c, _ = paging(settings(max_withdraw_iterations=2), 1)
     c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
     out = c.answered(WithdrawPageAnswered(1, 2, 1, result=page(2, b"k2")), T0)
     assert not only(out, WithdrawPageCall)
@@ -70,8 +89,7 @@ def test_stops_at_the_page_bound_and_reports_it() -> None:
 
 def test_transient_error_retries_with_doubling_backoff_then_gives_up() -> None:
     s = settings(max_retries=3, initial_backoff="1s", max_backoff="10s")
-    c = WithdrawCycle(1, s)
-    c.begin()
+    c, _ = paging(s, 1)
     c.answered(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
     err = ChainFailure("withdraw", "unavailable", transient=True)
     out = c.answered(WithdrawPageAnswered(1, 2, 1, error=err), T0)
@@ -92,8 +110,7 @@ def test_backoff_is_capped() -> None:
 
 
 def test_a_page_that_may_have_committed_is_never_sent_again() -> None:
-    c = WithdrawCycle(1, settings())
-    c.begin()
+    c, _ = paging(settings(), 1)
     err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True)
     out = c.answered(WithdrawPageAnswered(1, 1, 1, error=err), T0)
     assert not only(out, RetryWithdrawPage) and not only(out, WithdrawPageCall)
@@ -101,20 +118,17 @@ def test_a_page_that_may_have_committed_is_never_sent_again() -> None:
 
 
 def test_permanent_error_is_not_retried_and_nothing_to_withdraw_is_not_an_error() -> None:
-    c = WithdrawCycle(1, settings())
-    c.begin()
+    c, _ = paging(settings(), 1)
     out = c.answered(WithdrawPageAnswered(1, 1, 1, error=ChainFailure("withdraw", "unauthorized", "billing", 6)), T0)
     assert only(out, WithdrawFinished)[0].message.error is not None and not only(out, RetryWithdrawPage)
-    c = WithdrawCycle(2, settings())
-    c.begin()
+    c, _ = paging(settings(), 2)
     none = ChainFailure("withdraw", "no withdrawable amount", BILLING, NO_WITHDRAWABLE)
     out = c.answered(WithdrawPageAnswered(2, 1, 1, error=none), T0)
     assert only(out, WithdrawFinished)[0].message.error is None
 
 
 def test_stale_answers_and_retry_timers_are_ignored() -> None:
-    c = WithdrawCycle(1, settings())
-    c.begin()
+    c, _ = paging(settings(), 1)
     assert c.answered(WithdrawPageAnswered(1, 1, 2, result=page(1, b"")), T0) == []
     assert c.retry(RetryWithdrawPage(1, 1, 3)) == []
 
@@ -125,8 +139,7 @@ def test_each_pages_lease_settlements_go_to_the_ledger_after_the_page() -> None:
         LeaseSettled(at, "TX1", "lease-a", (Coin("umfx", 4),)),
         LeaseSettled(at, "TX1", "lease-b", (Coin("umfx", 6), Coin("upwr", 1))),
     )
-    c = WithdrawCycle(1, settings())
-    c.begin()
+    c, _ = paging(settings(), 1)
     first = WithdrawPage("TX1", (Coin("umfx", 10), Coin("upwr", 1)), 2, True, b"k1", settlements=settled)
     out = c.answered(WithdrawPageAnswered(1, 1, 1, result=first), T0)
     to_ledger = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
@@ -140,8 +153,7 @@ def test_each_pages_lease_settlements_go_to_the_ledger_after_the_page() -> None:
 # -- a page of unknown outcome is looked up until the chain says what it applied --------------
 
 def _unknown_page(tx_hash: str = "AB12") -> tuple[ChainDecisions, list]:
-    chain = ChainDecisions(settings())
-    chain.handle(WithdrawRequested(1), T0)
+    chain = paging_chain()
     chain.handle(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
     err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash=tx_hash)
     return chain, chain.handle(WithdrawPageAnswered(1, 2, 1, error=err), T0)
@@ -212,8 +224,7 @@ def _sends_to_ledger(effects) -> list:
 
 def test_a_signed_tx_is_in_the_books_until_its_answer_settles_it() -> None:
     """Written ahead of the wait for inclusion: a sidecar that dies while waiting looks it up at its next start."""
-    chain = ChainDecisions(settings())
-    chain.handle(WithdrawRequested(1), T0)
+    chain = paging_chain()
     out = chain.handle(WithdrawTxSigned(1, 1, 1, "TX1"), T0)
     assert _sends_to_ledger(out) == [WithdrawLookupOpened("TX1", 1, 1, T0)]
     assert not only(out, WithdrawTxCall)  # no lookup while the answer is awaited
@@ -233,8 +244,7 @@ def test_a_signed_tx_is_in_the_books_until_its_answer_settles_it() -> None:
 
 
 def test_a_signed_tx_whose_answer_may_have_committed_goes_to_the_lookups_without_a_second_fact() -> None:
-    chain = ChainDecisions(settings())
-    chain.handle(WithdrawRequested(1), T0)
+    chain = paging_chain()
     chain.handle(WithdrawTxSigned(1, 1, 1, "OLD"), T0)  # refused, signed again
     chain.handle(WithdrawTxSigned(1, 1, 1, "AB12"), T0)
     err = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash="AB12")

@@ -1,0 +1,196 @@
+"""Is a lease's credit gone, and when will it be? The chain's own arithmetic, per lease and per denom.
+
+A lease is only ever settled when a tx touches it, and the chain then
+closes it if what it accrued since ``last_settled_at`` reached what it may
+spend (CHAIN-VERSIONS.md 2.5). What it may spend depends on the version:
+
+- **current** (reservation isolation, 2.6): ``S = B - (R - A)``, the
+  credit balance B less every reservation R but the lease's own tranche A
+  (for a lease from before per-lease reservations, the account's
+  unattributed reservation U). A lease can therefore be exhausted while B
+  is well above zero.
+- **v2.1.0** (no isolation): ``S = B``.
+
+The other ACTIVE leases of the tenant, ours and other providers', have
+accrued too and will be paid from the same credit first if they are
+touched first: what they accrued beyond their own tranche (current) or
+in all (v2.1.0) is taken off, which gives the conservative "usable" value
+of 2.7. So, for a lease L and a denom d it is charged in:
+
+    gone  <=>  accrued_L,d  >=  S_d - sum over the other leases j of unreserved_j,d
+
+with accruals in whole seconds since each lease's ``last_settled_at``.
+Which rule applies is read off the leases themselves: the current chain
+returns ``reservation`` (field 16) on every lease, v2.1.0 on none.
+
+The runway is the first second at which that inequality holds, assuming
+every lease keeps accruing at its rate: piecewise linear in time (another
+lease's term starts growing once its accrual passes its own tranche), so it
+is solved exactly over those breakpoints, in integers, with no search. The
+gone test and the runway are the same inequality, so an estimate that has
+passed always finds the credit gone: no wake is planned on an estimate the
+next read would contradict.
+
+Everything here is a function of the read and ``now``; nothing reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Collection, Sequence
+
+from messages.chain import CreditAccount, Lease
+from messages.coins import coins_to_dict
+
+__all__ = ["LeaseCredit", "judge", "RESERVATION_RULE", "BALANCE_RULE", "DEPLETION_HORIZON"]
+
+#: The two rules, by the chain version that spends credit that way (for notes).
+RESERVATION_RULE = "reservation-aware rule (current chain)"
+BALANCE_RULE = "raw-balance rule (v2.1.0)"
+
+#: Runways further out than this are clamped to it: ten years is beyond any
+#: wake, and keeps ``now + horizon`` representable.
+DEPLETION_HORIZON = timedelta(days=3650)
+_US = 1_000_000
+_HORIZON_US = int(DEPLETION_HORIZON.total_seconds()) * _US
+
+
+@dataclass(frozen=True)
+class LeaseCredit:
+    """One lease of ours, judged on one read."""
+
+    lease_uuid: str
+    #: Denoms it is charged in whose credit is gone now (empty: it is paid for).
+    gone: tuple[str, ...]
+    #: When the first of its denoms will be gone; None for a lease that costs nothing.
+    runway_at: datetime | None
+    #: Whether ``runway_at`` was clamped to the horizon.
+    clamped: bool
+    #: The numbers that decided, per gone denom (or the soonest one), for the notes.
+    detail: str
+    rule: str
+
+
+def _seconds(now: datetime, since: datetime | None) -> int:
+    if since is None or now <= since:
+        return 0
+    return (now - since) // timedelta(seconds=1)
+
+
+def _own(lease: Lease, account_unattributed: dict[str, int]) -> dict[str, int]:
+    """A lease's own tranche A: its reservation, or the shared U for a legacy lease."""
+    if lease.min_lease_duration_at_creation == 0:
+        return account_unattributed
+    return coins_to_dict(lease.reservation or ())
+
+
+def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime) -> list[LeaseCredit]:
+    """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``."""
+    balances = coins_to_dict(account.balances)
+    reserved = coins_to_dict(account.reserved_amounts)
+    unattributed = coins_to_dict(account.unattributed_reserved_amounts)
+    isolated = any(lease.reservation is not None for lease in tenant_leases)
+    rule = RESERVATION_RULE if isolated else BALANCE_RULE
+    rates = {lease.uuid: lease.rate_per_second() for lease in tenant_leases}
+    own = {lease.uuid: _own(lease, unattributed) for lease in tenant_leases} if isolated else {}
+    elapsed_us = {
+        lease.uuid: max(0, (now - lease.last_settled_at) // timedelta(microseconds=1)) if lease.last_settled_at else 0
+        for lease in tenant_leases
+    }
+    out = []
+    for lease in tenant_leases:
+        if lease.uuid not in ours:
+            continue
+        gone: list[str] = []
+        details: list[str] = []
+        soonest: tuple[int, str, str] | None = None  # (us from now, denom, detail)
+        for denom, rate in sorted(rates[lease.uuid].items()):
+            if rate <= 0:
+                continue
+            balance = balances.get(denom, 0)
+            if isolated:
+                tranche = own[lease.uuid].get(denom, 0)
+                spendable = balance - (reserved.get(denom, 0) - tranche)
+            else:
+                tranche = 0
+                spendable = balance
+            # Every other lease charged in this denom: (rate, elapsed us, tranche it pays from first).
+            others = [
+                (rates[j.uuid][denom], elapsed_us[j.uuid], own[j.uuid].get(denom, 0) if isolated else 0)
+                for j in tenant_leases
+                if j.uuid != lease.uuid and rates[j.uuid].get(denom, 0) > 0
+            ]
+            accrued = rate * (elapsed_us[lease.uuid] // _US)
+            taken = sum(max(0, r * (e // _US) - a) for r, e, a in others)
+            usable = spendable - taken
+            if isolated:
+                numbers = (
+                    f"{denom}: accrued {accrued} >= spendable {usable} (balance {balance} - (reserved "
+                    f"{reserved.get(denom, 0)} - own tranche {tranche}) - other leases' unreserved accrual {taken})"
+                )
+            else:
+                numbers = f"{denom}: accrued {accrued} >= balance {balance} - other leases' unsettled accrual {taken}"
+            if accrued >= usable:
+                gone.append(denom)
+                details.append(numbers)
+                continue
+            wait = _runway_us(rate, elapsed_us[lease.uuid], others, spendable)
+            if soonest is None or wait < soonest[0]:
+                soonest = (wait, denom, numbers.replace(">=", "<", 1))
+        if gone:
+            out.append(LeaseCredit(lease.uuid, tuple(gone), now, False, "; ".join(details), rule))
+        elif soonest is None:
+            out.append(LeaseCredit(lease.uuid, (), None, False, "costs nothing", rule))
+        else:
+            wait, _, numbers = soonest
+            clamped = wait >= _HORIZON_US
+            at = now + timedelta(microseconds=min(wait, _HORIZON_US))
+            out.append(LeaseCredit(lease.uuid, (), at, clamped, numbers, rule))
+    return out
+
+
+def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spendable: int) -> int:
+    """Microseconds from now until ``rate * s + sum max(0, r_j s_j - a_j) >= spendable`` (s in whole seconds).
+
+    Solved on the continuous line first (floors dropped: the continuous sum
+    is never below the whole-second one, so the answer is never late), over
+    the breakpoints where another lease's accrual passes its tranche; then
+    moved on to the whole second where the whole-second sum gets there.
+    """
+
+    def total(after: int) -> int:
+        s = rate * ((elapsed + after) // _US)
+        for r, e, a in others:
+            s += max(0, r * ((e + after) // _US) - a)
+        return s
+
+    # Continuous: value(t) = rate*(elapsed+t) + sum over active j of (r_j*(e_j+t) - a_j*1e6), in units*us.
+    points = sorted((max(0, a * _US // r - e + (1 if a * _US % r else 0)), r, e, a) for r, e, a in others)
+    t = 0
+    slope = rate
+    value = rate * elapsed - spendable * _US
+    pending = []
+    for start, r, e, a in points:
+        if start <= 0:
+            slope += r
+            value += r * e - a * _US
+        else:
+            pending.append((start, r, e, a))
+    for start, r, e, a in pending:
+        at_start = value + slope * (start - t)
+        if at_start >= 0:
+            break
+        t, value = start, at_start
+        slope += r
+        value += r * (e + t) - a * _US
+    if value < 0:
+        t += -(-(-value) // slope)  # ceil(-value / slope)
+    if t >= _HORIZON_US:
+        return _HORIZON_US
+    # The whole-second sum reaches it at the next whole second of the lease's own count at the latest.
+    for _ in range(len(others) + 3):
+        if total(t) >= spendable:
+            return t
+        t = ((elapsed + t) // _US + 1) * _US - elapsed
+    return min(t, _HORIZON_US)
