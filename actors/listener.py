@@ -354,7 +354,7 @@ class LeaseEventStream:
             self.stats.tx_frames += 1
             self.stats.events_skipped += frame.skipped
             before = self._seen.duplicates
-            fresh = self._seen.fresh(frame.tx_hash, frame.events)
+            fresh = self._seen.fresh(frame.tx_hash or f"block/{frame.height}", frame.events)
             self.stats.duplicates += self._seen.duplicates - before
             if fresh:
                 self.stats.events_delivered += len(fresh)
@@ -405,6 +405,7 @@ class ListenerActor(PooledActor):
     ) -> None:
         super().__init__(dispatcher, LISTENER)
         self.router = router
+        self.provider_uuid = provider_uuid
         self.stream = LeaseEventStream(
             websocket_url,
             provider_queries(provider_uuid),
@@ -417,9 +418,12 @@ class ListenerActor(PooledActor):
 
     # Both run on the stream's thread; sending_as names the listener as the sender in captures.
     def _deliver(self, events: list[LeaseEvent]) -> None:
+        # Every tx of the chain arrives (the subscriptions are a firehose, ``chain.ws_query``):
+        # only our leases' events and credit exhaustions anywhere go on.
         with sending_as(LISTENER):
             for event in events:
-                self.router.tell(SCHEDULER, LeaseEventReceived(event))
+                if event.concerns(self.provider_uuid):
+                    self.router.tell(SCHEDULER, LeaseEventReceived(event))
 
     def _reconcile(self) -> None:
         with sending_as(LISTENER):

@@ -24,6 +24,7 @@ retires it when the last lease is gone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,9 +34,10 @@ from actors.effects import Effect, Note, Retire, Send, Spawn
 from actors.lease_reads import LeaseReads
 from actors.scheduler_settings import SchedulerSettings
 from messages.chain import Lease, LeaseSettled
-from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
+from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, LeaseCall, WithdrawRequested
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
+from messages.lease_events import ENDING_KINDS
 from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesReconciled, SettlementsRecorded
 from messages.scheduler import (
     ActiveLeasesRead,
@@ -136,6 +138,8 @@ class SchedulerDecisions:
         self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
         #: leases to be read from the chain for the books (``actors.lease_reads``)
         self.lease_reads = LeaseReads()
+        #: other providers' leases auto-closed without a tenant named, read to learn whose they were
+        self._exhausted_elsewhere: set[str] = set()
 
     # -- dispatch ---------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
@@ -449,9 +453,15 @@ class SchedulerDecisions:
         ev = message.event
         ours = ev.provider_uuid == self.provider_uuid
         out: list[Effect] = []
+        if ours and not ev.tenant:
+            # A withdraw's auto-close names no tenant (provider_withdraw): ours, we know it.
+            tenant = self._tenant_of(ev.lease_uuid)
+            if tenant is None:
+                return self.lease_reads.ask((ev.lease_uuid,))  # the books learn it from the read
+            ev = dataclasses.replace(ev, tenant=tenant)
         if ours:
             out.append(Send(LEDGER, LeaseEventRecorded(now, ev)))
-            if ev.kind in ("acknowledged", "closed", "expired", "auto_closed"):
+            if ev.kind == "acknowledged" or ev.kind in ENDING_KINDS:
                 # Its price and the chain's own times, for the books: it may
                 # end before any active-lease read sees it.
                 out += self.lease_reads.ask((ev.lease_uuid,))
@@ -472,7 +482,7 @@ class SchedulerDecisions:
                 entry.leases = entry.leases | {ev.lease_uuid}
                 entry.synced = False
                 out.append(Send(tenant_address(ev.tenant), LeaseOpened(lease)))
-        elif ours and ev.kind in ("closed", "expired", "auto_closed"):
+        elif ours and ev.kind in ENDING_KINDS:
             if ev.settled and ev.tx_hash:
                 # Whoever closed it (the tenant, the authority, us), what the
                 # close settled belongs in the books; the ledger keeps one
@@ -485,19 +495,42 @@ class SchedulerDecisions:
                 out += self._drop_leases({ev.lease_uuid})
                 why = f" ({ev.reason})" if ev.reason else ""
                 out.append(Note(f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant))
-        elif not ours and ev.kind == "auto_closed" and ev.tenant in self.tenants:
-            out.append(
-                Note(
-                    f"another provider's lease {ev.lease_uuid} of shared tenant {ev.tenant} was auto-closed "
-                    f"({ev.reason or 'credit exhausted'}): withdrawing now",
-                    ev.tenant,
-                )
+        elif not ours and ev.credit_exhausted:
+            if not ev.tenant:
+                # Another provider's named-withdraw auto-close names no tenant: read the lease for it.
+                self._exhausted_elsewhere.add(ev.lease_uuid)
+                return out + [Send(CHAIN_IO, LeaseCall(ev.lease_uuid))]
+            out += self._exhausted_elsewhere_for(ev.lease_uuid, ev.tenant, ev.reason, now)
+        return out
+
+    def _tenant_of(self, lease_uuid: str) -> str | None:
+        for tenant, entry in self.tenants.items():
+            if lease_uuid in entry.leases:
+                return tenant
+        return None
+
+    def _exhausted_elsewhere_for(self, lease_uuid: str, tenant: str, reason: str, now: datetime) -> list[Effect]:
+        """Another provider's lease of ``tenant`` ended on exhausted credit: withdraw now if we share it."""
+        if tenant not in self.tenants:
+            return []
+        out: list[Effect] = [
+            Note(
+                f"another provider's lease {lease_uuid} of shared tenant {tenant} was auto-closed "
+                f"({reason or 'credit exhausted'}): withdrawing now",
+                tenant,
             )
-            if not self.stopped:
-                out += self._begin(f"auto-close elsewhere for {ev.tenant}", now, withdraw=True)
+        ]
+        if not self.stopped:
+            out += self._begin(f"auto-close elsewhere for {tenant}", now, withdraw=True)
         return out
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
+        if message.lease_uuid in self._exhausted_elsewhere:
+            self._exhausted_elsewhere.discard(message.lease_uuid)
+            lease = message.lease
+            if lease is None or lease.provider_uuid == self.provider_uuid:
+                return []
+            return self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
         return self.lease_reads.answered(message, now)
 
     def _leases_to_read(self, message: LeasesToRead, now: datetime) -> list[Effect]:

@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from chain.events import EVENT_KINDS, lease_event_from_attributes
+from chain.events import EVENT_KINDS, is_lease_event, lease_event_from_attributes, named_first
 from messages.lease_events import LeaseEvent
 
 __all__ = [
@@ -58,8 +58,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``result.data.type`` of a transaction event.
+#: ``result.data.type`` of a transaction event, and of a block's end-of-block events.
 TX_EVENT_TYPE = "tendermint/event/Tx"
+BLOCK_EVENT_TYPE = "tendermint/event/NewBlockEvents"
 #: Longest lease uuid / tenant / provider uuid accepted. Real values are 36
 #: (UUID) and ~50 (bech32) characters; anything much longer is not an
 #: identifier and would only bloat logs, captures and actor state.
@@ -182,7 +183,7 @@ def parse_tx_result(result: Mapping[str, Any]) -> tuple[str, int, list[LeaseEven
         for event_type, attributes in tx_result.events:
             _, n = _append(events, event_type, [attributes], height, tx_hash)
             skipped += n
-        return tx_hash, height, events, skipped
+        return tx_hash, height, named_first(events), skipped
 
     by_type: dict[str, dict[str, list[str]]] = {}
     for key, values in flat.items():
@@ -214,15 +215,17 @@ def parse_tx_result(result: Mapping[str, Any]) -> tuple[str, int, list[LeaseEven
             logger.warning(
                 "tx %s: %s arrays disagree in length (%s); skipped those events", tx_hash, event_type, shown
             )
-    return tx_hash, height, events, skipped
+    return tx_hash, height, named_first(events), skipped
 
 
 class _TxResult:
     """``result.data.value.TxResult``: header checked at once, event list parsed when read."""
 
-    __slots__ = ("height", "code", "tx", "_raw_events", "_events")
+    __slots__ = ("height", "code", "tx", "block", "_raw_events", "_events")
 
     def __init__(self, height: int | None, code: int, tx: bytes, raw_events: list[Any]) -> None:
+        #: end-of-block events (NewBlockEvents): no tx behind them
+        self.block = False
         self.height = height
         self.code = code
         self.tx = tx
@@ -244,6 +247,8 @@ def _tx_result(result: Mapping[str, Any]) -> _TxResult | None:
         return None
     if not isinstance(data, dict):
         raise MalformedFrame("result.data must be an object")
+    if data.get("type") == BLOCK_EVENT_TYPE:
+        return _block_events(data.get("value"))
     if data.get("type") != TX_EVENT_TYPE:
         raise MalformedFrame(f"result.data.type is {str(data.get('type'))[:64]!r}, not {TX_EVENT_TYPE!r}")
     value = data.get("value")
@@ -272,6 +277,23 @@ def _tx_result(result: Mapping[str, Any]) -> _TxResult | None:
     if not isinstance(raw_events, list):
         raise MalformedFrame("TxResult.result.events must be a list")
     return _TxResult(height, code, tx_bytes, raw_events)
+
+
+def _block_events(value: Any) -> _TxResult:
+    """``NewBlockEvents``' value (height, events, num_txs), read as a tx result with no tx."""
+    if not isinstance(value, dict):
+        raise MalformedFrame("result.data.value of NewBlockEvents must be an object")
+    height = value.get("height")
+    if height is not None:
+        height = _parse_height(height, "NewBlockEvents.height")
+    raw_events = value.get("events")
+    if raw_events is None:
+        raw_events = []
+    if not isinstance(raw_events, list):
+        raise MalformedFrame("NewBlockEvents.events must be a list")
+    result = _TxResult(height, 0, b"", raw_events)
+    result.block = True
+    return result
 
 
 def _tx_result_event(ev: Any) -> tuple[str, dict[str, str]]:
@@ -314,6 +336,9 @@ def _column(flat: Mapping[str, Any], key: str) -> list[str] | None:
 
 
 def _tx_hash(flat: Mapping[str, list[str]] | None, tx_result: _TxResult | None) -> str:
+    """The tx's hash; "" for end-of-block events, which no tx emitted."""
+    if (tx_result is not None and tx_result.block) or (flat is not None and "block.height" in flat and "tx.hash" not in flat):
+        return ""
     hashes = _column(flat, "tx.hash") if flat is not None else None
     if hashes:
         tx_hash = hashes[0]
@@ -328,11 +353,13 @@ def _tx_hash(flat: Mapping[str, list[str]] | None, tx_result: _TxResult | None) 
 
 def _height(flat: Mapping[str, list[str]] | None, tx_result: _TxResult | None) -> int:
     heights = _column(flat, "tx.height") if flat is not None else None
+    if not heights and flat is not None:
+        heights = _column(flat, "block.height")
     if heights:
         return _parse_height(heights[0], "tx.height")
     if tx_result is not None and tx_result.height is not None:
         return tx_result.height
-    raise MalformedFrame("a Tx event without a height")
+    raise MalformedFrame("an event without a height")
 
 
 def _parse_height(value: Any, where: str) -> int:
@@ -356,6 +383,8 @@ def _append(
     """Append the lease events of ``rows``; returns (appended, skipped)."""
     added = skipped = 0
     for row in rows:
+        if not is_lease_event(event_type, row):
+            continue  # a provider_withdraw that settled and closed nothing
         bad = _bad_identifier(row)
         if bad is not None:
             logger.warning("tx %s: skipped a %s event: %s", tx_hash, event_type, bad)

@@ -2,13 +2,20 @@
 
 Two sides of one small language (see CHAIN.md, "CometBFT websocket"):
 
-- the sidecar *builds* its five subscriptions (``provider_queries``): its
-  own ``lease_created``, ``lease_acknowledged``, ``lease_closed`` and
-  ``lease_expired``, and every ``lease_auto_closed`` with reason
-  ``credit_exhausted`` (another provider's withdraw that exhausted a shared
-  tenant is the cross-provider signal). The provider UUID is interpolated
-  into the query text, so it is checked to be a UUID first: a value with a
-  quote in it would otherwise rewrite the query.
+- the sidecar *builds* its subscriptions (``provider_queries``): every tx
+  (``tm.event='Tx'``), and the end-of-block ``lease_expired`` of its own
+  leases (``tm.event='NewBlockEvents'``: a PENDING lease's expiry is never a
+  tx event, CHAIN-VERSIONS.md 3). Every tx, because what the sidecar must
+  hear has no common key the AND-only language could select on, and would
+  take more than a node's five subscriptions per client one type at a time:
+  its own leases' created, acknowledged, closed, cancelled and rejected, and
+  every provider's three auto-close signals (``lease_auto_closed``,
+  ``provider_withdraw`` with ``auto_closed="true"``, ``lease_closed`` with
+  ``closed_by=credit_exhaustion``), the cross-provider trigger, including
+  closes sent through authz, which carry no billing ``message.module``. The
+  listener drops the rest (``LeaseEvent.concerns``). The provider UUID is
+  interpolated into the query text, so it is checked to be a UUID first: a
+  value with a quote in it would otherwise rewrite the query.
 - the embedded devnet *parses* what clients send (``parse_query``): the
   subset ``key='value'`` conditions joined by ``AND``. Everything else a real
   node would accept (``<``, ``>``, ``EXISTS``, ``CONTAINS``, numbers, dates)
@@ -37,14 +44,13 @@ __all__ = [
     "validate_provider_uuid",
     "parse_query",
     "TX_EVENT_CONDITION",
-    "PROVIDER_EVENT_TYPES",
+    "BLOCK_EVENT_CONDITION",
     "CREDIT_EXHAUSTED",
 ]
 
-#: Every subscription is for transaction results.
+#: Transaction results, and a block's end-of-block events.
 TX_EVENT_CONDITION = "tm.event='Tx'"
-#: Lease events the sidecar wants for its own provider UUID only.
-PROVIDER_EVENT_TYPES = ("lease_created", "lease_acknowledged", "lease_closed", "lease_expired")
+BLOCK_EVENT_CONDITION = "tm.event='NewBlockEvents'"
 #: ``lease_auto_closed.reason`` the chain uses when a settlement found the credit exhausted.
 CREDIT_EXHAUSTED = "credit_exhausted"
 
@@ -89,11 +95,9 @@ def validate_provider_uuid(provider_uuid: str) -> str:
 
 
 def provider_queries(provider_uuid: str) -> tuple[str, ...]:
-    """The provider's subscriptions, in a stable order. Five: a node's default per-client cap."""
+    """The provider's subscriptions, in a stable order: two of a node's default five per client."""
     uuid = validate_provider_uuid(provider_uuid)
-    queries = [f"{TX_EVENT_CONDITION} AND {event}.provider_uuid='{uuid}'" for event in PROVIDER_EVENT_TYPES]
-    queries.append(f"{TX_EVENT_CONDITION} AND lease_auto_closed.reason='{CREDIT_EXHAUSTED}'")
-    return tuple(queries)
+    return (TX_EVENT_CONDITION, f"{BLOCK_EVENT_CONDITION} AND lease_expired.provider_uuid='{uuid}'")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,21 @@ accrual not yet settled at the month's end). Per-tenant totals follow.
 
 The seconds are counted the way the chain counts them, so a statement equals
 the chain's accrual to the last unit. The chain accrues per *whole* second
-since ``last_settled_at``, which starts at ``acknowledged_at``, and keeps the
-sub-second remainder when it settles (``chain/model.py`` ``_settle``).
-Settlements therefore never change the total: settled at ``t``, a lease has
-accrued ``A(t) = floor((min(t, closed_at) - acknowledged_at) / 1 s)`` seconds in
-all, and what it accrues within a month is ``A(to) - A(from)`` -- exactly
-what the chain would have settled had it settled at both ends of the month.
-Months then add up to the lease's whole accrual with nothing counted twice or
-lost, whatever the sub-second offsets.
+since ``last_settled_at``, which starts at ``acknowledged_at``
+(CHAIN-VERSIONS.md 2.4):
+
+- the current chain keeps the sub-second remainder when it settles, so
+  settlements never change the total: settled at ``t``, a lease has accrued
+  ``A(t) = floor((min(t, closed_at) - acknowledged_at) / 1 s)`` seconds in
+  all;
+- v2.1.0 drops the remainder at every settlement, so ``A(t)`` is the sum of
+  the whole seconds of each interval between the lease's settlements (the
+  instants in ``settlements``), plus those of the interval still open at
+  ``t``.
+
+What a lease accrues within a month is ``A(to) - A(from)``; months then add
+up to the lease's whole accrual with nothing counted twice or lost,
+whatever the sub-second offsets.
 
 Streamed, not loaded whole: the month's leases (in uuid order) and its
 settlements (summed per lease and denom by SQLite over one clustered range of
@@ -32,7 +39,7 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ledger.periods import Month, to_us
 from ledger.runs import Periods
@@ -71,18 +78,40 @@ class MeterResult(Metered):
     tenants: int = 0
 
 
-def accrued_seconds(active_from_us: int, closed_at_us: int | None, start_us: int, end_us: int) -> int:
-    """Whole seconds a lease accrues in ``[start, end)``: ``A(end) - A(start)`` (see module doc)."""
+def accrued_seconds(
+    active_from_us: int,
+    closed_at_us: int | None,
+    start_us: int,
+    end_us: int,
+    settled_at_us: Sequence[int] | None = None,
+) -> int:
+    """Whole seconds a lease accrues in ``[start, end)``: ``A(end) - A(start)`` (see module doc).
+
+    ``settled_at_us``: the instants the lease was settled at, ascending, on a
+    chain that drops each settlement's fraction (v2.1.0); None where the
+    chain carries it.
+    """
 
     def accrued_by(t: int) -> int:
         stop = t if closed_at_us is None or closed_at_us > t else closed_at_us
-        return (stop - active_from_us) // _SECOND_US if stop > active_from_us else 0
+        if stop <= active_from_us:
+            return 0
+        if settled_at_us is None:
+            return (stop - active_from_us) // _SECOND_US
+        seconds, cursor = 0, active_from_us
+        for at in settled_at_us:
+            if at > stop:
+                break
+            if at > cursor:
+                seconds += (at - cursor) // _SECOND_US
+                cursor = at
+        return seconds + (stop - cursor) // _SECOND_US
 
     return accrued_by(end_us) - accrued_by(start_us)
 
 
 _LEASES = """
-SELECT uuid, tenant, items, priced, active_from_us, closed_at_us FROM leases
+SELECT uuid, tenant, items, priced, active_from_us, closed_at_us, settles_whole_seconds FROM leases
 WHERE provider_uuid = :provider AND active_from_us IS NOT NULL AND active_from_us < :to
   AND (closed_at_us IS NULL OR closed_at_us > :from)
 ORDER BY uuid
@@ -103,6 +132,10 @@ GROUP BY lease_uuid, denom ORDER BY lease_uuid, denom
 _BIG_SETTLEMENTS = """
 SELECT amount FROM settlements
 WHERE period = :period AND lease_uuid = :lease AND denom = :denom AND LENGTH(amount) > 18
+"""
+
+_SETTLED_AT = """
+SELECT DISTINCT at_us FROM settlements WHERE lease_uuid = :lease AND at_us < :to ORDER BY at_us
 """
 
 _SETTLEMENT_ROWS = """
@@ -196,10 +229,13 @@ def lines_of_month(reader, month: Month, provider: str, exact_sums: bool = False
             paid, tenant = withdrawn_for(other)
             yield other, [Line(tenant, other, d, 0, 0, a) for d, a in sorted(paid.items())]
 
-    for uuid, tenant, items, _priced, active_from, closed_at in leases:
+    for uuid, tenant, items, _priced, active_from, closed_at, whole_seconds in leases:
         yield from settled_only_before(uuid)
         paid, _ = withdrawn_for(uuid)
-        seconds = accrued_seconds(active_from, closed_at, start, end)
+        instants = None
+        if whole_seconds:
+            instants = [at for (at,) in reader.execute(_SETTLED_AT, {"lease": uuid, "to": end})]
+        seconds = accrued_seconds(active_from, closed_at, start, end, instants)
         rate = rate_of_items(items)
         out = []
         for denom in sorted(set(rate) | set(paid)):

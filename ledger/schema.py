@@ -217,10 +217,21 @@ _V2 = (
     """,
 )
 
+_V3 = (
+    # 1 for a lease of a chain that drops the fraction of a second at every
+    # settlement (v2.1.0: its leases carry no reservation field), 0 for one
+    # that carries it (the current chain): the month's accrual is counted
+    # the way that chain counts it (ledger.metering).
+    "ALTER TABLE leases ADD COLUMN settles_whole_seconds INTEGER NOT NULL DEFAULT 0",
+    # The instants a lease was settled at, for those leases.
+    "CREATE INDEX settlements_lease_at ON settlements (lease_uuid, at_us)",
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
+    Migration(3, "leases of a chain that drops the fraction of a second at each settlement", _V3),
 )
 
 #: The version this build writes.

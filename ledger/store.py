@@ -105,11 +105,12 @@ FACT_TYPES = (
 
 _UPSERT_LEASE = """
 INSERT INTO leases (uuid, tenant, provider_uuid, items, priced, active_from_us, active_from_rank,
-                    closed_at_us, closed_at_rank, closure_reason, first_seen_us, updated_us)
-VALUES (:uuid, :tenant, :provider, :items, 1, :af, :af_rank, :ca, :ca_rank, :reason, :at, :at)
+                    closed_at_us, closed_at_rank, closure_reason, first_seen_us, updated_us, settles_whole_seconds)
+VALUES (:uuid, :tenant, :provider, :items, 1, :af, :af_rank, :ca, :ca_rank, :reason, :at, :at, :whole)
 ON CONFLICT (uuid) DO UPDATE SET
     tenant = excluded.tenant,
     items = excluded.items,
+    settles_whole_seconds = excluded.settles_whole_seconds,
     priced = 1,
     active_from_us = CASE WHEN excluded.active_from_us IS NOT NULL
                           AND excluded.active_from_rank >= leases.active_from_rank
@@ -377,6 +378,8 @@ class Ledger:
                 "reason": lease.closure_reason if closed is not None else "",
                 "at": at,
                 "reopen": 1 if (reopen and lease.state == "ACTIVE") else 0,
+                # No reservation field (16): a v2.1.0 chain, which drops each settlement's fraction.
+                "whole": 1 if lease.reservation is None else 0,
             },
         )
 

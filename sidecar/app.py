@@ -32,7 +32,7 @@ from actors.scheduler_settings import SchedulerSettings
 from actors.shell import start_actor
 from chain.client import ChainClient
 from chain.events import lease_events_from_tx
-from chain.model import BillingModel, TxEvents
+from chain.model import BillingModel, BlockEvents, TxEvents
 from messages.chain_actor import WithdrawLookupsRestored
 from messages.credit import TenantSnapshot
 from messages.ledger import WithdrawLookupOpened
@@ -62,18 +62,20 @@ class ModelEventFeed:
     becomes a ``LeaseEventReceived`` for the scheduler, sent as ``listener``.
     """
 
-    def __init__(self, model: BillingModel, router: Router) -> None:
+    def __init__(self, model: BillingModel, router: Router, provider_uuid: str) -> None:
         self.router = router
+        self.provider_uuid = provider_uuid
         self.active = True
         model.subscribe(self._on_tx)
 
-    def _on_tx(self, tx: TxEvents) -> None:
+    def _on_tx(self, tx: TxEvents | BlockEvents) -> None:
         if not self.active:
             return
         events = lease_events_from_tx(tx.pairs(), tx.height, tx.tx_hash)
         with sending_as(LISTENER):
             for ev in events:
-                self.router.tell(SCHEDULER, LeaseEventReceived(ev))
+                if ev.concerns(self.provider_uuid):  # as the websocket listener filters
+                    self.router.tell(SCHEDULER, LeaseEventReceived(ev))
 
     def close(self) -> None:
         self.active = False

@@ -154,7 +154,7 @@ def _model_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     client = ModelChainClient(model, provider, PROVIDER_ADDRESS, faults)
     return _Chain(
         client,
-        lambda s: ModelEventFeed(model, s.router),
+        lambda s: ModelEventFeed(model, s.router, s.provider_uuid),
         "in-process chain model",
         model,
         world,

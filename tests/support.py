@@ -127,20 +127,25 @@ class World:
         self.sidecar.settle()
 
 
-def settle_all(model: BillingModel, sender: str, provider: str, limit: int = 2) -> None:
+def settle_all(
+    model: BillingModel, sender: str, provider: str, limit: int = 2, withdraw: Callable[..., Any] | None = None
+) -> None:
     """Settle every ACTIVE lease of ``provider`` now, the way each chain version allows.
 
     With the withdraw cursor: provider-wide pages to the end, and the leases
     a page lists as failed by name. Without it (v2.1.0, whose every call
     restarts at the first lease): named withdraws of the ACTIVE leases, at
     most 100 each (CHAIN-VERSIONS.md 6.1). Nothing to withdraw is no error.
+    ``withdraw`` stands in for ``model.withdraw`` (a test recording what each one answered).
     """
     from chain.errors import ChainError
+
+    withdraw = withdraw or model.withdraw
 
     def named(uuids: list[str]) -> None:
         for i in range(0, len(uuids), 100):
             try:
-                model.withdraw(sender, lease_uuids=uuids[i : i + 100])
+                withdraw(sender, lease_uuids=uuids[i : i + 100])
             except ChainError:
                 pass  # code 15: nothing was due
 
@@ -149,7 +154,7 @@ def settle_all(model: BillingModel, sender: str, provider: str, limit: int = 2) 
         return
     key = b""
     while True:
-        r = model.withdraw(sender, provider_uuid=provider, limit=limit, key=key)
+        r = withdraw(sender, provider_uuid=provider, limit=limit, key=key)
         named(list(r.failed_lease_uuids))
         if not r.next_key:
             return
@@ -162,7 +167,7 @@ def world(clock: ManualClock, withdraw_limit: int = 50, events: bool = True, **s
     model.register_provider(OTHER, OTHER_ADDRESS)
     client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS, withdraw_limit=withdraw_limit)
     dispatcher = ManualDispatcher(clock.now)
-    extra = [lambda s: ModelEventFeed(model, s.router)] if events else []
+    extra = [lambda s: ModelEventFeed(model, s.router, s.provider_uuid)] if events else []
     sidecar = Sidecar(
         clock=clock,
         dispatcher=dispatcher,

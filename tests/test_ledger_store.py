@@ -111,7 +111,11 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_path):
 def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_closed(tmp_path):
     path = tmp_path / "ledger.sqlite"
     lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:1])  # as the build before lookups wrote it
-    lg.record(LeasesObserved(T, (lease("l1"),)))
+    with lg.transaction() as c:  # a lease row in version 1's columns
+        c.execute(
+            "INSERT INTO leases (uuid, tenant, provider_uuid, first_seen_us, updated_us) VALUES (?, ?, ?, 0, 0)",
+            ("l1", "t", PROVIDER),
+        )
     lg.close()
     lg = Ledger.open(path, PROVIDER)
     assert current_version(lg.conn) == SCHEMA_VERSION >= 2 and lg.lease("l1") is not None

@@ -12,7 +12,6 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from chain.model import BillingModel, ChainEvent, TxEvents
-from chain.ws_query import provider_queries
 from devnet.websocket_server import WebsocketServer
 from messages.chain import LeaseItem, NodeStatus
 from messages.coins import Coin
@@ -23,6 +22,14 @@ from tests.support import addr, chain_model, eventually as poll
 pytestmark = pytest.mark.usefixtures("chain_version")
 
 P = "019bbef3-b000-7001-b950-1b66216ca536"
+#: Subscriptions selecting on event attributes (the server's matching is what these tests check).
+TARGETED = (
+    f"tm.event='Tx' AND lease_created.provider_uuid='{P}'",
+    f"tm.event='Tx' AND lease_acknowledged.provider_uuid='{P}'",
+    f"tm.event='Tx' AND lease_closed.provider_uuid='{P}'",
+    f"tm.event='NewBlockEvents' AND lease_expired.provider_uuid='{P}'",
+    "tm.event='Tx' AND lease_auto_closed.reason='credit_exhausted'",
+)
 OTHER = "019bbef3-b000-73ca-8297-85d4d17d0ec4"
 T0 = utc(2026, 3, 1)
 RECV = 5.0  # seconds a test waits for a frame that must come
@@ -67,7 +74,7 @@ def subscribe(ws, query, rid=1):
 
 def test_subscribe_then_a_tx_arrives_in_the_exact_cometbft_shape(world):
     with connect(world.server.url) as ws:
-        query = provider_queries(P)[2]  # lease_closed of ours
+        query = TARGETED[2]  # lease_closed of ours
         subscribe(ws, query, rid=7)
         lease = world.lease()
         world.clock.advance(timedelta(seconds=30))
@@ -120,7 +127,7 @@ def test_tx_bytes_are_pushed_base64_when_the_devnet_has_them():
 
 def test_only_matching_txs_arrive_and_a_tx_matching_two_subscriptions_arrives_twice(world):
     with connect(world.server.url) as ws:
-        queries = provider_queries(P)
+        queries = TARGETED
         for rid, q in enumerate(queries, 1):
             subscribe(ws, q, rid)
         other = world.lease(provider=OTHER)  # not ours: created+acknowledged match nothing
@@ -153,7 +160,7 @@ def test_only_matching_txs_arrive_and_a_tx_matching_two_subscriptions_arrives_tw
 
 
 def test_unsubscribe_and_unsubscribe_all(world):
-    q_created, q_ack = provider_queries(P)[:2]
+    q_created, q_ack = TARGETED[:2]
     with connect(world.server.url) as ws:
         subscribe(ws, q_created, 1)
         subscribe(ws, q_ack, 2)

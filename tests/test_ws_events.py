@@ -97,7 +97,7 @@ def test_every_lease_event_type_of_a_tx_becomes_a_lease_event():
             LeaseEvent("acknowledged", L1, "manifest1a", P, "", 77, TX_HASH),
             LeaseEvent("expired", L2, "manifest1b", P, "ttl", 77, TX_HASH),
             # a close carries what it settled, for the books
-            LeaseEvent("closed", L3, "manifest1c", P, "done", 77, TX_HASH, (Coin("upwr", 10),)),
+            LeaseEvent("closed", L3, "manifest1c", P, "done", 77, TX_HASH, (Coin("upwr", 10),), by="manifest1prov"),
             LeaseEvent("auto_closed", L2, "manifest1b", OTHER, "credit_exhausted", 77, TX_HASH),
         ],
         key=lambda e: e.kind,

@@ -16,24 +16,21 @@ from chain.ws_query import (
 PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 
 
-def test_provider_queries_are_the_five_subscriptions_of_chain_md():
+def test_provider_queries_are_every_tx_and_our_leases_expiring_at_end_of_block():
+    """Two of a node's five: every tx (filtered by the listener), and lease_expired, a block event (3)."""
     assert provider_queries(PROVIDER) == (
-        f"tm.event='Tx' AND lease_created.provider_uuid='{PROVIDER}'",
-        f"tm.event='Tx' AND lease_acknowledged.provider_uuid='{PROVIDER}'",
-        f"tm.event='Tx' AND lease_closed.provider_uuid='{PROVIDER}'",
-        f"tm.event='Tx' AND lease_expired.provider_uuid='{PROVIDER}'",
-        "tm.event='Tx' AND lease_auto_closed.reason='credit_exhausted'",
+        "tm.event='Tx'",
+        f"tm.event='NewBlockEvents' AND lease_expired.provider_uuid='{PROVIDER}'",
     )
 
 
 def test_built_queries_parse_back_to_their_conditions():
-    for text in provider_queries(PROVIDER):
-        q = parse_query(text)
-        assert q.text == text
-        assert q.conditions[0] == Condition("tm.event", "Tx")
-        assert len(q.conditions) == 2
-    assert parse_query(provider_queries(PROVIDER)[2]).conditions[1] == Condition(
-        "lease_closed.provider_uuid", PROVIDER
+    every_tx, expiries = (parse_query(text) for text in provider_queries(PROVIDER))
+    assert every_tx.conditions == (Condition("tm.event", "Tx"),)
+    assert expiries.text == provider_queries(PROVIDER)[1]
+    assert expiries.conditions == (
+        Condition("tm.event", "NewBlockEvents"),
+        Condition("lease_expired.provider_uuid", PROVIDER),
     )
 
 
