@@ -20,11 +20,11 @@ import pytest
 from chain.billing_pb import query_pb2, tx_pb2 as billing_tx, types_pb2
 from chain.errors import SDK
 from chain.sdk_errors import classify_text
-from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service
 from messages.chain import LeaseItem
 from messages.coins import Coin
+from tests.conformance_support import numbers, response
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, Raw, World
 from tests.support import addr, chain_version
 
@@ -37,18 +37,6 @@ def raw(world: World):
     r = Raw(world)
     yield r
     r.close()
-
-
-def numbers(message) -> set[int]:
-    """The field numbers a message carries on the wire."""
-    return {field.number for field, _ in message.ListFields()}
-
-
-def response(tx: abci_pb2.TxResponse, kind):
-    """The first ``Msg*Response`` of an included tx's ``TxMsgData``."""
-    out = kind()
-    assert abci_pb2.TxMsgData.FromString(bytes.fromhex(tx.data)).msg_responses[0].Unpack(out)
-    return out
 
 
 def withdraw(raw: Raw, **fields) -> billing_tx.MsgWithdraw:

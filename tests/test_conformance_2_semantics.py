@@ -17,65 +17,25 @@ import pytest
 
 import chain.model as chain_model_module
 from chain.addresses import uuid7
-from chain.errors import BILLING, ChainError, QueryRefused
-from chain.model import BillingModel, ChainParams, PageRequest
+from chain.errors import BILLING, ChainError
+from chain.model import BillingModel, PageRequest
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock
-from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, chain_version
+from tests.conformance_support import (
+    AUTHORITY, NOBODY, P, PA, funded, lease, model_of, query_status, refused, umfx,
+)
+from tests.support import OTHER, OTHER_ADDRESS, addr, chain_model, chain_version
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
 pytestmark = pytest.mark.usefixtures("chain_version")
 
-P, PA = PROVIDER, PROVIDER_ADDRESS
-AUTHORITY = addr("gov")
 SECOND = timedelta(seconds=1)
-#: A valid UUIDv7 that names no lease and no provider.
-NOBODY = "019bbef3-b000-7fff-8000-000000000001"
-
-
-def model_of(clock: ManualClock, **params: int) -> BillingModel:
-    """A model of this run's version with our provider and another; ``params`` over one-second reservations."""
-    m = chain_model(clock, params=ChainParams(**{"min_lease_duration": 1, **params}), authority=AUTHORITY)
-    m.register_provider(P, PA)
-    m.register_provider(OTHER, OTHER_ADDRESS)
-    return m
 
 
 @pytest.fixture
 def m(clock: ManualClock) -> BillingModel:
     return model_of(clock)
-
-
-def funded(model: BillingModel, label: str, amount: int, denom: str = "umfx") -> str:
-    tenant = addr(label)
-    model.fund_credit(tenant, [Coin(denom, amount)])
-    return tenant
-
-
-def lease(model: BillingModel, tenant: str, rate: int = 1, denom: str = "umfx", provider: str = P, **kw) -> str:
-    return model.create_lease(tenant, provider, [LeaseItem("sku-1", 1, Coin(denom, rate))], **kw).uuid
-
-
-def refused(call) -> tuple[str, int]:
-    """(codespace, code) of the ChainError ``call`` raises; fails if it succeeds."""
-    try:
-        call()
-    except ChainError as exc:
-        return exc.codespace, exc.code
-    raise AssertionError("the chain accepted it")
-
-
-def query_status(call) -> str:
-    try:
-        call()
-    except QueryRefused as exc:
-        return exc.status
-    raise AssertionError("the query answered")
-
-
-def umfx(n: int) -> tuple[Coin, ...]:
-    return (Coin("umfx", n),) if n else ()
 
 
 # -- 2.1 provider-wide withdraw ------------------------------------------------------------
