@@ -68,6 +68,7 @@ from chain.errors import (
     LEASE_NOT_PENDING,
     LEASE_QUERY_LIMIT_EXCEEDED,
     MAX_LEASES_REACHED,
+    MIXED_PROVIDERS,
     MAX_PENDING_LEASES_REACHED,
     NO_WITHDRAWABLE,
     PROVIDER_NOT_ACTIVE,
@@ -724,28 +725,31 @@ class BillingModel:
 
     def acknowledge_lease(self, lease_uuid: str, sender: str = "") -> None:
         """``MsgAcknowledgeLease`` of one lease by its provider (or the authority)."""
+        self.acknowledge_leases([lease_uuid], sender)
+
+    def acknowledge_leases(self, lease_uuids: Sequence[str], sender: str = "") -> datetime:
+        """``MsgAcknowledgeLease``: 1..100 PENDING leases of one provider become ACTIVE, all or
+        nothing; a ``batch_acknowledged`` follows their events when there is more than one (3).
+        Returns ``acknowledged_at`` (block time)."""
         with self._lock, self._message():
-            lease = self._get(lease_uuid)
-            provider = self._providers[lease.provider_uuid]
+            leases, provider = self._pending_batch(lease_uuids, sender, "acknowledge")
             sender = sender or provider.address
-            if sender not in (provider.address, self.authority):
-                raise ChainError.billing(UNAUTHORIZED, f"sender {sender} is not authorized to acknowledge leases for provider {provider.uuid}")
-            if lease.state != "PENDING":
-                raise ChainError.billing(LEASE_NOT_PENDING, f"lease {lease_uuid} is not pending")
             now = self._now()
-            if self.version.ack_deadline and now > lease.created_at + timedelta(seconds=self.params.pending_timeout):
-                raise ChainError.billing(ACK_DEADLINE_EXCEEDED, f"lease {lease_uuid} acknowledgement deadline exceeded")
-            acct = self._accounts[lease.tenant]
-            self._touch(lease, acct, provider)
-            lease._snap = None
-            lease.state = "ACTIVE"
-            lease.acknowledged_at = now
-            lease.last_settled_at = now
-            bisect.insort(provider.active, lease.uuid)
-            acct.pending.discard(lease.uuid)
-            acct.active.add(lease.uuid)
-            self._emit(
-                [
+            deadline = timedelta(seconds=self.params.pending_timeout)
+            events: list[ChainEvent] = []
+            for lease in leases:
+                if self.version.ack_deadline and now > lease.created_at + deadline:
+                    raise ChainError.billing(ACK_DEADLINE_EXCEEDED, f"lease {lease.uuid} acknowledgement deadline exceeded")
+                acct = self._accounts[lease.tenant]
+                self._touch(lease, acct, provider)
+                lease._snap = None
+                lease.state = "ACTIVE"
+                lease.acknowledged_at = now
+                lease.last_settled_at = now
+                bisect.insort(provider.active, lease.uuid)
+                acct.pending.discard(lease.uuid)
+                acct.active.add(lease.uuid)
+                events.append(
                     ChainEvent(
                         "lease_acknowledged",
                         (
@@ -755,24 +759,34 @@ class BillingModel:
                             ("acknowledged_by", sender),
                         ),
                     )
-                ],
-                "/liftedinit.billing.v1.MsgAcknowledgeLease",
-                sender,
-            )
+                )
+            if len(leases) > 1:
+                events.append(
+                    ChainEvent(
+                        "batch_acknowledged",
+                        (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), ("acknowledged_by", sender)),
+                    )
+                )
+            self._emit(events, "/liftedinit.billing.v1.MsgAcknowledgeLease", sender)
+            return now
 
     def reject_lease(self, lease_uuid: str, reason: str = "", sender: str = "") -> None:
-        """``MsgRejectLease`` by the provider: PENDING -> REJECTED, reservation released."""
+        """``MsgRejectLease`` of one lease by its provider: PENDING -> REJECTED, reservation released."""
+        self.reject_leases([lease_uuid], reason, sender)
+
+    def reject_leases(self, lease_uuids: Sequence[str], reason: str = "", sender: str = "") -> datetime:
+        """``MsgRejectLease``: 1..100 PENDING leases of one provider become REJECTED, their
+        reservations released, all or nothing; ``batch_rejected`` when more than one (3).
+        Returns ``rejected_at`` (block time)."""
         with self._lock, self._message():
             if len(reason.encode()) > MAX_REJECTION_REASON:
                 raise ChainError.billing(INVALID_REJECTION_REASON, f"reason exceeds maximum length of {MAX_REJECTION_REASON} characters")
-            lease = self._get(lease_uuid)
-            provider = self._providers[lease.provider_uuid]
+            leases, provider = self._pending_batch(lease_uuids, sender, "reject")
             sender = sender or provider.address
-            if sender not in (provider.address, self.authority):
-                raise ChainError.billing(UNAUTHORIZED, f"sender {sender} is not authorized to reject lease {lease_uuid}")
-            self._end_pending(lease, "REJECTED", reason)
-            self._emit(
-                [
+            events: list[ChainEvent] = []
+            for lease in leases:
+                self._end_pending(lease, "REJECTED", reason)
+                events.append(
                     ChainEvent(
                         "lease_rejected",
                         (
@@ -783,10 +797,37 @@ class BillingModel:
                             ("rejection_reason", sanitize_reason(reason)),
                         ),
                     )
-                ],
-                "/liftedinit.billing.v1.MsgRejectLease",
-                sender,
+                )
+            if len(leases) > 1:
+                events.append(
+                    ChainEvent(
+                        "batch_rejected",
+                        (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), ("rejected_by", sender)),
+                    )
+                )
+            self._emit(events, "/liftedinit.billing.v1.MsgRejectLease", sender)
+            return self._now()
+
+    def _pending_batch(self, lease_uuids: Sequence[str], sender: str, operation: str) -> tuple[list[_Lease], _Provider]:
+        """``validatePendingLeaseBatch`` and the provider's authorization: the leases, all
+        PENDING and of one provider, and that provider."""
+        _validate_batch(lease_uuids)
+        leases: list[_Lease] = []
+        for u in lease_uuids:
+            lease = self._get(u)
+            if lease.state != "PENDING":
+                raise ChainError.billing(LEASE_NOT_PENDING, f"lease {u} is not in PENDING state")
+            if leases and lease.provider_uuid != leases[0].provider_uuid:
+                raise ChainError.billing(
+                    MIXED_PROVIDERS, f"lease {u} belongs to provider {lease.provider_uuid}, expected {leases[0].provider_uuid}"
+                )
+            leases.append(lease)
+        provider = self._providers[leases[0].provider_uuid]
+        if sender and sender not in (provider.address, self.authority):
+            raise ChainError.billing(
+                UNAUTHORIZED, f"sender {sender} is not authorized to {operation} leases for provider {provider.uuid}"
             )
+        return leases, provider
 
     def cancel_lease(self, lease_uuid: str) -> None:
         """``MsgCancelLease`` by the tenant: PENDING -> REJECTED, reservation released."""

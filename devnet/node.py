@@ -477,7 +477,7 @@ class DevnetNode:
             try:
                 height = self.next_height()
                 with self.model.in_tx(height, "SIMULATION", self.time_of(height), atomic=True) as ctx:
-                    responses = self._run_msgs(tx, ctx.time)
+                    responses = self._run_msgs(tx)
                     raise _Rollback(responses, list(ctx.events))
             except _Rollback as done:
                 responses, events = done.responses, done.events
@@ -495,7 +495,7 @@ class DevnetNode:
     def _message_failure(exc: ChainError, index: int = 0) -> str:
         return f"{MESSAGE_FAILURE}; message index: {index}: {describe(exc.codespace, exc.code, exc.message)}"
 
-    def _run_msgs(self, tx: _DecodedTx, block_time: datetime) -> list[ProtoAny]:
+    def _run_msgs(self, tx: _DecodedTx) -> list[ProtoAny]:
         """Execute the messages on the model (inside ``in_tx``); their responses.
         Raises ``ChainError`` with the failing message's index set."""
         responses: list[ProtoAny] = []
@@ -527,16 +527,14 @@ class DevnetNode:
                         total_settled_amounts=coins_to_proto(c.total_settled_amounts),
                     )
                 elif isinstance(msg, billing_tx.MsgAcknowledgeLease):
-                    for u in msg.lease_uuids:
-                        model.acknowledge_lease(u, msg.sender)
+                    at = model.acknowledge_leases(list(msg.lease_uuids), msg.sender)
                     response = billing_tx.MsgAcknowledgeLeaseResponse(
-                        acknowledged_at=time_to_proto(block_time), acknowledged_count=len(msg.lease_uuids)
+                        acknowledged_at=time_to_proto(at), acknowledged_count=len(msg.lease_uuids)
                     )
                 else:
-                    for u in msg.lease_uuids:
-                        model.reject_lease(u, msg.reason, msg.sender)
+                    at = model.reject_leases(list(msg.lease_uuids), msg.reason, msg.sender)
                     response = billing_tx.MsgRejectLeaseResponse(
-                        rejected_at=time_to_proto(block_time), rejected_count=len(msg.lease_uuids)
+                        rejected_at=time_to_proto(at), rejected_count=len(msg.lease_uuids)
                     )
             except ChainError as exc:
                 exc.message_index = index  # type: ignore[attr-defined]
@@ -638,7 +636,7 @@ class DevnetNode:
             return
         try:
             with self.model.in_tx(height, tx.txhash, block_time, atomic=True) as ctx:
-                responses = self._run_msgs(tx, block_time)
+                responses = self._run_msgs(tx)
             events = ctx.events
         except ChainError as exc:
             index = getattr(exc, "message_index", 0)

@@ -686,3 +686,26 @@ def test_2_9_at_most_100_leases_expire_per_block(clock: ManualClock) -> None:
     assert len(m.end_block(2, after).events) == 100
     assert len(m.end_block(3, after).events) == 5
     assert m.end_block(4, after) is None
+
+
+def test_2_9_acknowledgement_is_one_atomic_batch_of_one_provider(clock: ManualClock, m: BillingModel) -> None:
+    t = funded(m, "t", 100)
+    ours = [lease(m, t, acknowledge=False) for _ in range(2)]
+    theirs = lease(m, t, provider=OTHER, acknowledge=False)
+    active = lease(m, t)
+    assert refused(lambda: m.acknowledge_leases([ours[0], theirs], PA)) == (BILLING, 14)
+    assert refused(lambda: m.acknowledge_leases([ours[0], active], PA)) == (BILLING, 22)
+    assert refused(lambda: m.acknowledge_leases([ours[0], ours[0]], PA)) == (BILLING, 9)
+    assert refused(lambda: m.acknowledge_leases([theirs], PA)) == (BILLING, 6)
+    assert refused(lambda: m.reject_leases([ours[0], theirs], "no", PA)) == (BILLING, 14)
+    late = lease(m, t, acknowledge=False)
+    clock.advance(m.params.pending_timeout - 1)
+    fresh = lease(m, t, acknowledge=False)
+    clock.advance(1.5)  # late is past its deadline (not yet expired by an end of block), fresh is not
+    if chain_version().ack_deadline:
+        assert refused(lambda: m.acknowledge_leases([fresh, late], PA)) == (BILLING, 34)
+        assert m.lease(fresh).state == "PENDING"  # the whole batch failed
+    else:
+        m.acknowledge_leases([fresh, late], PA)
+        assert (m.lease(fresh).state, m.lease(late).state) == ("ACTIVE", "ACTIVE")
+    assert m.lease(ours[0]).state == "PENDING"
