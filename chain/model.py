@@ -732,6 +732,8 @@ class BillingModel:
         nothing; a ``batch_acknowledged`` follows their events when there is more than one (3).
         Returns ``acknowledged_at`` (block time)."""
         with self._lock, self._message():
+            if sender:
+                self.validate_acknowledge(sender, lease_uuids)
             leases, provider = self._pending_batch(lease_uuids, sender, "acknowledge")
             sender = sender or provider.address
             now = self._now()
@@ -779,8 +781,8 @@ class BillingModel:
         reservations released, all or nothing; ``batch_rejected`` when more than one (3).
         Returns ``rejected_at`` (block time)."""
         with self._lock, self._message():
-            if len(reason.encode()) > MAX_REJECTION_REASON:
-                raise ChainError.billing(INVALID_REJECTION_REASON, f"reason exceeds maximum length of {MAX_REJECTION_REASON} characters")
+            if sender:
+                self.validate_reject(sender, lease_uuids, reason)
             leases, provider = self._pending_batch(lease_uuids, sender, "reject")
             sender = sender or provider.address
             events: list[ChainEvent] = []
@@ -1076,7 +1078,7 @@ class BillingModel:
     ) -> WithdrawResult:
         """``MsgWithdraw``: named leases (2.2), or provider-wide paged by ``limit``/``key`` (2.1)."""
         with self._lock, self._message():
-            self._validate_withdraw(sender, provider_uuid, lease_uuids, limit, key)
+            self.validate_withdraw(sender, provider_uuid=provider_uuid, lease_uuids=lease_uuids, limit=limit, key=key)
             if lease_uuids:
                 result = self._withdraw_named(sender, list(lease_uuids))
             else:
@@ -1084,8 +1086,11 @@ class BillingModel:
             self._emit(result.events, "/liftedinit.billing.v1.MsgWithdraw", sender)
             return result
 
-    def _validate_withdraw(self, sender: str, provider_uuid: str, lease_uuids: Sequence[str], limit: int, key: bytes) -> None:
-        """``MsgWithdraw.ValidateBasic``."""
+    # -- ValidateBasic: what a node refuses at CheckTx, before any state is read (4) --
+    def validate_withdraw(
+        self, sender: str, *, provider_uuid: str = "", lease_uuids: Sequence[str] = (), limit: int = 0, key: bytes = b""
+    ) -> None:
+        """``MsgWithdraw.ValidateBasic``. Raises ``ChainError``."""
         self._require_address(sender, "sender address", UNAUTHORIZED)
         if lease_uuids and provider_uuid:
             raise ChainError.billing(INVALID_REQUEST, "cannot specify both lease_uuids and provider_uuid")
@@ -1111,6 +1116,24 @@ class BillingModel:
             raise ChainError.billing(PROVIDER_NOT_FOUND, f"invalid provider_uuid format: {provider_uuid}")
         if limit > MAX_WITHDRAW_LIMIT:
             raise ChainError.billing(INVALID_LEASE, f"limit {limit} exceeds maximum allowed {MAX_WITHDRAW_LIMIT}")
+
+    def validate_close(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> None:
+        """``MsgCloseLease.ValidateBasic``: sender (9), 1..100 distinct UUIDv7 (9), reason bytes (26)."""
+        self._require_address(sender, "sender address", INVALID_LEASE)
+        _validate_batch(lease_uuids)
+        if len(reason.encode()) > MAX_CLOSURE_REASON:
+            raise ChainError.billing(INVALID_CLOSURE_REASON, f"reason exceeds maximum length of {MAX_CLOSURE_REASON} characters")
+
+    def validate_acknowledge(self, sender: str, lease_uuids: Sequence[str]) -> None:
+        """``MsgAcknowledgeLease.ValidateBasic``: sender (6), 1..100 distinct UUIDv7 (9)."""
+        self._require_address(sender, "sender address", UNAUTHORIZED)
+        _validate_batch(lease_uuids)
+
+    def validate_reject(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> None:
+        """``MsgRejectLease.ValidateBasic``: sender (6), the batch (9), reason bytes (24)."""
+        self.validate_acknowledge(sender, lease_uuids)
+        if len(reason.encode()) > MAX_REJECTION_REASON:
+            raise ChainError.billing(INVALID_REJECTION_REASON, f"reason exceeds maximum length of {MAX_REJECTION_REASON} characters")
 
     def _authorized_provider(self, provider_uuid: str, sender: str, operation: str) -> _Provider:
         provider = self._providers.get(provider_uuid)
@@ -1309,12 +1332,7 @@ class BillingModel:
     def close_leases(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> CloseResult:
         """``MsgCloseLease``: settle and close 1..100 ACTIVE leases; all or nothing (2.3)."""
         with self._lock, self._message():
-            self._require_address(sender, "sender address", INVALID_LEASE)
-            _validate_batch(lease_uuids)
-            if len(reason.encode()) > MAX_CLOSURE_REASON:
-                raise ChainError.billing(
-                    INVALID_CLOSURE_REASON, f"reason exceeds maximum length of {MAX_CLOSURE_REASON} characters"
-                )
+            self.validate_close(sender, lease_uuids, reason)
             leases: list[_Lease] = []
             role = ""
             is_authority = bool(self.authority) and sender == self.authority

@@ -5,13 +5,15 @@ top of the billing model (``chain.model.BillingModel``):
 
 - **CheckTx** (``check_tx``, behind ``BroadcastTx`` sync): decode the
   ``TxRaw``; refuse a tx already in the mempool or recently included (sdk
-  19); one signer, a secp256k1 key matching the messages' sender; gas limit
-  covering the ante cost (sdk 11) and a fee at the node's min gas price
+  19); each message's ``ValidateBasic`` (billing codes: bad UUIDs, limit,
+  reason length, mode); one signer, a secp256k1 key matching the
+  messages' sender; gas limit covering the ante cost (sdk 11) and a fee at
+  the node's min gas price
   (sdk 13) the account can pay (sdk 5); the sequence the account expects
   counting the txs it already has in the mempool (sdk 32, ``account
   sequence mismatch, expected N, got M``); the signature over the
   ``SignDoc`` with this chain id and the account number (sdk 4). Messages
-  are *not* executed: their errors surface at inclusion, as on a node.
+  are *not* executed: their state errors surface at inclusion, as on a node.
 - **Simulate**: the same checks without the signature, then the messages
   run against the model and are rolled back; answers the gas used, or the
   message's error (billing codes) worded the way a node words it.
@@ -359,6 +361,7 @@ class DevnetNode:
                 hrp = ""
             if hrp != self.prefix:
                 raise TxRejected(SDK, SDK_INVALID_ADDRESS, describe(SDK, SDK_INVALID_ADDRESS, f"invalid sender address {sender!r}"))
+        self._validate_basic(msgs)
         if not tx_raw.signatures and not simulate:
             raise TxRejected(SDK, SDK_NO_SIGNATURES, describe(SDK, SDK_NO_SIGNATURES, "no signatures supplied"))
         infos = auth_info.signer_infos
@@ -398,6 +401,25 @@ class DevnetNode:
             gas_limit=auth_info.fee.gas_limit,
             fee=fee,
         )
+
+    def _validate_basic(self, msgs: list) -> None:
+        """Each message's ``ValidateBasic``, which the SDK runs before the ante handler, at
+        CheckTx and Simulate alike: its error answers the tx, unprefixed (CHAIN-VERSIONS.md 4)."""
+        model = self.model
+        try:
+            for m in msgs:
+                if isinstance(m, billing_tx.MsgWithdraw):
+                    model.validate_withdraw(
+                        m.sender, provider_uuid=m.provider_uuid, lease_uuids=list(m.lease_uuids), limit=m.limit, key=m.key
+                    )
+                elif isinstance(m, billing_tx.MsgCloseLease):
+                    model.validate_close(m.sender, list(m.lease_uuids), m.reason)
+                elif isinstance(m, billing_tx.MsgAcknowledgeLease):
+                    model.validate_acknowledge(m.sender, list(m.lease_uuids))
+                else:
+                    model.validate_reject(m.sender, list(m.lease_uuids), m.reason)
+        except ChainError as exc:
+            raise TxRejected(exc.codespace, exc.code, describe(exc.codespace, exc.code, exc.message)) from None
 
     def _require_account(self, address: str) -> _Account:
         acct = self._accounts.get(address)
