@@ -180,6 +180,8 @@ class BlockEvents:
     time: datetime
     events: tuple[ChainEvent, ...]
     tx_hash: str = ""
+    #: How many txs the block included (``NewBlockEvents.num_txs``).
+    num_txs: int = 0
 
     def pairs(self) -> list[tuple[str, dict[str, str]]]:
         return [(e.type, dict(e.attributes)) for e in self.events]
@@ -903,8 +905,9 @@ class BillingModel:
         while self._expiries and self._leases[self._expiries[0][1]].state != "PENDING":
             heapq.heappop(self._expiries)
 
-    def end_block(self, height: int, block_time: datetime) -> BlockEvents | None:
-        """EndBlock at ``height``: expire up to 100 PENDING leases whose timeout has passed."""
+    def end_block(self, height: int, block_time: datetime, num_txs: int = 0) -> BlockEvents | None:
+        """EndBlock at ``height`` (a block of ``num_txs`` txs): expire up to 100 PENDING leases
+        whose timeout has passed."""
         with self._lock:
             events: list[ChainEvent] = []
             self._drop_settled_expiries()
@@ -938,7 +941,7 @@ class BillingModel:
             self.height = max(self.height, height)
             if not events:
                 return None
-            block = BlockEvents(height, block_time, tuple(events))
+            block = BlockEvents(height, block_time, tuple(events), num_txs=num_txs)
             self._publish(block)
             return block
 

@@ -609,7 +609,7 @@ class DevnetNode:
             block_time = self.time_of(height)
             for p in pending:
                 self._deliver(p.tx, height, block_time)
-            self.model.end_block(height, block_time)
+            self.model.end_block(height, block_time, num_txs=len(pending))
             self._last_block_height = height
             if self._mempool:
                 self._schedule_block()

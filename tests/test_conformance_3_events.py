@@ -294,3 +294,26 @@ def test_3_tx_result_data_is_base64_of_the_tx_msg_data(ws_world: World) -> None:
     )
     assert result["events"]["message.action"] == ["/liftedinit.billing.v1.MsgWithdraw"]
 
+
+
+def test_3_new_block_events_counts_the_txs_of_its_block(ws_world: World) -> None:
+    w = ws_world
+    w.blocks.pause()  # this test cuts its one block itself
+    t = w.tenant("t")
+    w.lease(t)
+    u = w.model.create_lease(t, PROVIDER, [LeaseItem("sku-1", 1, Coin("umfx", 1))], acknowledge=False).uuid
+    deadline = w.model.lease(u).created_at + w.config.devnet.pending_timeout
+    expiring_at = w.node.time_of(w.node.height_at(deadline) + 1)
+    w.clock.advance_to(expiring_at - timedelta(seconds=1))
+    raw = Raw(w)
+    try:
+        with connect(w.devnet.websocket_url) as ws:
+            subscribe(ws, 1, "tm.event='NewBlockEvents'")
+            sent = raw.broadcast(raw.sign([billing_tx.MsgWithdraw(sender=raw.key.address, provider_uuid=PROVIDER)]))
+            assert sent.code == 0
+            w.clock.advance_to(expiring_at)  # one block: the withdraw, then the expiry
+            frame = json.loads(ws.recv(timeout=RECV))
+    finally:
+        raw.close()
+    value = frame["result"]["data"]["value"]
+    assert (value["height"], value["num_txs"]) == (str(w.node.get_tx(sent.txhash).height), "1")
