@@ -53,6 +53,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from chain.addresses import InvalidAddress, address_bytes, credit_address, is_uuid7, uuid7
 from chain.errors import (
+    ACK_ACTIVE_CAP_EXCEEDED,
     ACK_DEADLINE_EXCEEDED,
     CREDIT_ACCOUNT_NOT_FOUND,
     EMPTY_LEASE_ITEMS,
@@ -740,6 +741,8 @@ class BillingModel:
             sender = sender or provider.address
             now = self._now()
             deadline = timedelta(seconds=self.params.pending_timeout)
+            if self.version.ack_active_cap:
+                self._check_active_cap(leases)
             events: list[ChainEvent] = []
             for lease in leases:
                 if self.version.ack_deadline and now > lease.created_at + deadline:
@@ -773,6 +776,21 @@ class BillingModel:
                 )
             self._emit(events, "/liftedinit.billing.v1.MsgAcknowledgeLease", sender)
             return now
+
+    def _check_active_cap(self, leases: list[_Lease]) -> None:
+        """Current chain: no tenant may hold more than ``max_leases_per_tenant`` ACTIVE leases
+        once the batch is acknowledged (creation counts only ACTIVE ones, so PENDING ones can
+        outnumber the room left)."""
+        joining: dict[str, int] = {}
+        for lease in leases:
+            joining[lease.tenant] = joining.get(lease.tenant, 0) + 1
+        cap = self.params.max_leases_per_tenant
+        for tenant, n in joining.items():
+            after = len(self._accounts[tenant].active) + n
+            if after > cap:
+                raise ChainError.billing(
+                    ACK_ACTIVE_CAP_EXCEEDED, f"tenant {tenant} would have {after} active leases, max is {cap}"
+                )
 
     def reject_lease(self, lease_uuid: str, reason: str = "", sender: str = "") -> None:
         """``MsgRejectLease`` of one lease by its provider: PENDING -> REJECTED, reservation released."""

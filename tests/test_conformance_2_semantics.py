@@ -389,6 +389,22 @@ def test_2_5_no_time_elapsed_closes_when_nothing_is_spendable(clock: ManualClock
         assert ev.get("auto_closed") == "true" and m.lease(b).state == "CLOSED"
 
 
+def test_2_5_a_last_settlement_after_block_time_is_an_invalid_lease(clock: ManualClock, m: BillingModel) -> None:
+    t = funded(m, "t", 100)
+    u = lease(m, t)
+
+    def in_block_before(call):
+        with m.in_tx(9, "CD" * 32, clock.now() - SECOND):
+            return call()
+
+    assert refused(lambda: in_block_before(lambda: m.withdraw(PA, lease_uuids=[u]))) == (BILLING, 9)
+    assert refused(lambda: in_block_before(lambda: m.close_leases(t, [u]))) == (BILLING, 9)
+    page = in_block_before(lambda: m.withdraw(PA, provider_uuid=P))  # one lease's failure, not the tx's
+    assert page.withdrawal_count == 0
+    assert page.failed_lease_uuids == ((u,) if chain_version().lists_failed_leases else ())
+    assert m.lease(u).state == "ACTIVE"
+
+
 # -- 2.6 reservations ---------------------------------------------------------------------------------
 
 
@@ -709,3 +725,17 @@ def test_2_9_acknowledgement_is_one_atomic_batch_of_one_provider(clock: ManualCl
         m.acknowledge_leases([fresh, late], PA)
         assert (m.lease(fresh).state, m.lease(late).state) == ("ACTIVE", "ACTIVE")
     assert m.lease(ours[0]).state == "PENDING"
+
+
+def test_2_9_acknowledging_past_the_active_lease_cap_fails_on_current_only(clock: ManualClock) -> None:
+    m = model_of(clock, max_leases_per_tenant=2)
+    t = funded(m, "t", 100)
+    lease(m, t)
+    pending = [lease(m, t, acknowledge=False) for _ in range(2)]  # creation counts ACTIVE leases only: 1 < 2
+    if chain_version().ack_active_cap:
+        assert refused(lambda: m.acknowledge_leases(pending, PA)) == (BILLING, 35)  # 1 + 2 > 2
+        m.acknowledge_leases(pending[:1], PA)  # 1 + 1 = 2 is allowed
+        assert m.credit_account(t)[0].active_lease_count == 2
+    else:
+        m.acknowledge_leases(pending, PA)
+        assert m.credit_account(t)[0].active_lease_count == 3
