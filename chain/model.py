@@ -36,7 +36,8 @@ own, at ``set_block_source``'s next height.
 
 Where a fact is silent the chain's public source decided; what is not
 modelled (vesting-locked credit, SKUs, custom domains, authz, params
-updates) is listed in the README's devnet section.
+updates) is listed, fact by fact, in ``tests/CONFORMANCE.md`` beside the
+tests that check the rest on both versions.
 """
 
 from __future__ import annotations
