@@ -744,7 +744,6 @@ class BillingModel:
             deadline = timedelta(seconds=self.params.pending_timeout)
             if self.version.ack_active_cap:
                 self._check_active_cap(leases)
-            events: list[ChainEvent] = []
             for lease in leases:
                 if self.version.ack_deadline and now > lease.created_at + deadline:
                     raise ChainError.billing(ACK_DEADLINE_EXCEEDED, f"lease {lease.uuid} acknowledgement deadline exceeded")
@@ -757,24 +756,7 @@ class BillingModel:
                 bisect.insort(provider.active, lease.uuid)
                 acct.pending.discard(lease.uuid)
                 acct.active.add(lease.uuid)
-                events.append(
-                    ChainEvent(
-                        "lease_acknowledged",
-                        (
-                            ("lease_uuid", lease.uuid),
-                            ("tenant", lease.tenant),
-                            ("provider_uuid", lease.provider_uuid),
-                            ("acknowledged_by", sender),
-                        ),
-                    )
-                )
-            if len(leases) > 1:
-                events.append(
-                    ChainEvent(
-                        "batch_acknowledged",
-                        (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), ("acknowledged_by", sender)),
-                    )
-                )
+            events = _batch_events("lease_acknowledged", "batch_acknowledged", ("acknowledged_by", sender), leases, provider)
             self._emit(events, "/liftedinit.billing.v1.MsgAcknowledgeLease", sender)
             return now
 
@@ -806,28 +788,12 @@ class BillingModel:
                 self.validate_reject(sender, lease_uuids, reason)
             leases, provider = self._pending_batch(lease_uuids, sender, "reject")
             sender = sender or provider.address
-            events: list[ChainEvent] = []
             for lease in leases:
                 self._end_pending(lease, "REJECTED", reason)
-                events.append(
-                    ChainEvent(
-                        "lease_rejected",
-                        (
-                            ("lease_uuid", lease.uuid),
-                            ("tenant", lease.tenant),
-                            ("provider_uuid", lease.provider_uuid),
-                            ("rejected_by", sender),
-                            ("rejection_reason", sanitize_reason(reason)),
-                        ),
-                    )
-                )
-            if len(leases) > 1:
-                events.append(
-                    ChainEvent(
-                        "batch_rejected",
-                        (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), ("rejected_by", sender)),
-                    )
-                )
+            events = _batch_events(
+                "lease_rejected", "batch_rejected", ("rejected_by", sender), leases, provider,
+                (("rejection_reason", sanitize_reason(reason)),),
+            )
             self._emit(events, "/liftedinit.billing.v1.MsgRejectLease", sender)
             return self._now()
 
@@ -1796,6 +1762,27 @@ def _validate_batch(lease_uuids: Sequence[str]) -> None:
         if u in seen:
             raise ChainError.billing(INVALID_LEASE, f"duplicate lease_uuid: {u}")
         seen.add(u)
+
+
+def _batch_events(
+    kind: str,
+    batch_kind: str,
+    by: tuple[str, str],
+    leases: Sequence[_Lease],
+    provider: _Provider,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> list[ChainEvent]:
+    """A pending batch's events (3): one ``kind`` per lease (who did it, then ``extra``), and a
+    ``batch_kind`` summary when the batch has more than one lease."""
+    events = [
+        ChainEvent(
+            kind, (("lease_uuid", lease.uuid), ("tenant", lease.tenant), ("provider_uuid", lease.provider_uuid), by) + extra
+        )
+        for lease in leases
+    ]
+    if len(leases) > 1:
+        events.append(ChainEvent(batch_kind, (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), by)))
+    return events
 
 
 def _message_event(action: str, sender: str, msg_index: str) -> ChainEvent:
