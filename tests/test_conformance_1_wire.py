@@ -32,13 +32,6 @@ from tests.support import addr, chain_version
 pytestmark = pytest.mark.usefixtures("chain_version")
 
 
-@pytest.fixture
-def raw(world: World):
-    r = Raw(world)
-    yield r
-    r.close()
-
-
 def withdraw(raw: Raw, **fields) -> billing_tx.MsgWithdraw:
     return billing_tx.MsgWithdraw(sender=raw.key.address, **fields)
 

@@ -92,20 +92,16 @@ def test_3_credit_funded_and_lease_created_attributes(rec: Recorded) -> None:
     assert (ev.get("pending_lease_count"), ev.get("created_by"), ev.get("meta_hash")) == ("1", "tenant", "ab01")
 
 
-def test_3_acknowledge_reject_and_cancel_attributes_and_their_batch_events(world: World) -> None:
-    raw = Raw(world)
-    try:
-        m = world.model
-        t = world.tenant("t")
-        item = [LeaseItem("sku-1", 1, Coin("umfx", 1))]
-        pending = [m.create_lease(t, PROVIDER, item, acknowledge=False).uuid for _ in range(5)]
-        one = raw.included(raw.sign([billing_tx.MsgAcknowledgeLease(sender=raw.key.address, lease_uuids=pending[:1])]))
-        two = raw.included(raw.sign([billing_tx.MsgAcknowledgeLease(sender=raw.key.address, lease_uuids=pending[1:3])]))
-        rejected = raw.included(raw.sign(
-            [billing_tx.MsgRejectLease(sender=raw.key.address, lease_uuids=pending[3:5], reason="full\n")]
-        ))
-    finally:
-        raw.close()
+def test_3_acknowledge_reject_and_cancel_attributes_and_their_batch_events(world: World, raw: Raw) -> None:
+    m = world.model
+    t = world.tenant("t")
+    item = [LeaseItem("sku-1", 1, Coin("umfx", 1))]
+    pending = [m.create_lease(t, PROVIDER, item, acknowledge=False).uuid for _ in range(5)]
+    one = raw.included(raw.sign([billing_tx.MsgAcknowledgeLease(sender=raw.key.address, lease_uuids=pending[:1])]))
+    two = raw.included(raw.sign([billing_tx.MsgAcknowledgeLease(sender=raw.key.address, lease_uuids=pending[1:3])]))
+    rejected = raw.included(raw.sign(
+        [billing_tx.MsgRejectLease(sender=raw.key.address, lease_uuids=pending[3:5], reason="full\n")]
+    ))
     by = raw.key.address
 
     def events(tx):
@@ -209,14 +205,10 @@ def test_3_lease_expired_is_an_end_of_block_event(clock: ManualClock, rec: Recor
     assert ev.attributes == (("lease_uuid", u), ("tenant", addr("t")), ("provider_uuid", P), ("reason", "pending_timeout"), ("mode", "EndBlock"))
 
 
-def test_3_a_multi_message_tx_numbers_its_events_by_message(world: World) -> None:
-    raw = Raw(world)
-    try:
-        t = world.tenant("t")
-        a, b = world.lease(t), world.lease(t)
-        tx = raw.included(raw.sign([raw.close_msg(a), raw.close_msg(b)]))
-    finally:
-        raw.close()
+def test_3_a_multi_message_tx_numbers_its_events_by_message(world: World, raw: Raw) -> None:
+    t = world.tenant("t")
+    a, b = world.lease(t), world.lease(t)
+    tx = raw.included(raw.sign([raw.close_msg(a), raw.close_msg(b)]))
     tagged = [(e.type, {x.key: x.value for x in e.attributes}.get("msg_index")) for e in tx.events]
     assert tagged == [("message", "0"), ("lease_closed", "0"), ("message", "1"), ("lease_closed", "1")]
 

@@ -42,13 +42,6 @@ REGISTERED = {
 }
 
 
-@pytest.fixture
-def raw(world: World):
-    r = Raw(world)
-    yield r
-    r.close()
-
-
 def status(call) -> tuple[grpc.StatusCode, str]:
     try:
         call()

@@ -30,13 +30,6 @@ from tests.devnet_harness import PROVIDER, Raw, World, make_world, wait_until
 pytestmark = pytest.mark.usefixtures("chain_version")
 
 
-@pytest.fixture
-def raw(world: World):
-    r = Raw(world)
-    yield r
-    r.close()
-
-
 def test_tx_is_found_only_once_a_block_includes_it(world: World, raw: Raw) -> None:
     t = world.tenant("t1")
     lease = world.lease(t, price=4)
