@@ -8,12 +8,12 @@ top of the billing model (``chain.model.BillingModel``):
   19); each message's ``ValidateBasic`` (billing codes: bad UUIDs, limit,
   reason length, mode); one signer, a secp256k1 key matching the
   messages' sender; gas limit covering the ante cost (sdk 11) and a fee at
-  the node's min gas price
-  (sdk 13) the account can pay (sdk 5); the sequence the account expects
-  counting the txs it already has in the mempool (sdk 32, ``account
-  sequence mismatch, expected N, got M``); the signature over the
-  ``SignDoc`` with this chain id and the account number (sdk 4). Messages
-  are *not* executed: their state errors surface at inclusion, as on a node.
+  the node's min gas price (sdk 13) the account can pay (sdk 5); the
+  sequence the account expects counting the txs it already has in the
+  mempool (sdk 32, ``account sequence mismatch, expected N, got M``); the
+  signature over the ``SignDoc`` with this chain id and the account number
+  (sdk 4). Messages are *not* executed: their state errors surface at
+  inclusion, as on a node.
 - **Simulate**: the same checks without the signature, then the messages
   run against the model and are rolled back; answers the gas used, or the
   message's error (billing codes) worded the way a node words it.

@@ -20,13 +20,13 @@ from chain.billing_pb import query_pb2_grpc as billing_grpc, tx_pb2 as billing_t
 from chain.cosmpy_client import CosmpyChainClient
 from chain.keys import ProviderKey, load_provider_key
 from chain.model import BillingModel
-from devnet.embedded import Devnet, start_devnet
-from devnet.model import new_model
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from devnet.embedded import Devnet, start_devnet
+from devnet.model import new_model
 from messages.chain import LeaseItem
 from messages.coins import Coin
 from runtime.clock import ManualClock, utc
