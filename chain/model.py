@@ -36,7 +36,8 @@ own, at ``set_block_source``'s next height.
 
 Where a fact is silent the chain's public source decided; what is not
 modelled (vesting-locked credit, SKUs, custom domains, authz, params
-updates) is listed in the README's devnet section.
+updates) is listed, fact by fact, in ``tests/CONFORMANCE.md`` beside the
+tests that check the rest on both versions.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from chain.addresses import InvalidAddress, address_bytes, credit_address, is_uuid7, uuid7
 from chain.errors import (
+    ACK_ACTIVE_CAP_EXCEEDED,
     ACK_DEADLINE_EXCEEDED,
     CREDIT_ACCOUNT_NOT_FOUND,
     EMPTY_LEASE_ITEMS,
@@ -69,6 +71,7 @@ from chain.errors import (
     LEASE_QUERY_LIMIT_EXCEEDED,
     MAX_LEASES_REACHED,
     MAX_PENDING_LEASES_REACHED,
+    MIXED_PROVIDERS,
     NO_WITHDRAWABLE,
     PROVIDER_NOT_ACTIVE,
     PROVIDER_NOT_FOUND,
@@ -179,6 +182,8 @@ class BlockEvents:
     time: datetime
     events: tuple[ChainEvent, ...]
     tx_hash: str = ""
+    #: How many txs the block included (``NewBlockEvents.num_txs``).
+    num_txs: int = 0
 
     def pairs(self) -> list[tuple[str, dict[str, str]]]:
         return [(e.type, dict(e.attributes)) for e in self.events]
@@ -724,69 +729,94 @@ class BillingModel:
 
     def acknowledge_lease(self, lease_uuid: str, sender: str = "") -> None:
         """``MsgAcknowledgeLease`` of one lease by its provider (or the authority)."""
+        self.acknowledge_leases([lease_uuid], sender)
+
+    def acknowledge_leases(self, lease_uuids: Sequence[str], sender: str = "") -> datetime:
+        """``MsgAcknowledgeLease``: 1..100 PENDING leases of one provider become ACTIVE, all or
+        nothing; a ``batch_acknowledged`` follows their events when there is more than one (3).
+        Returns ``acknowledged_at`` (block time)."""
         with self._lock, self._message():
-            lease = self._get(lease_uuid)
-            provider = self._providers[lease.provider_uuid]
+            if sender:
+                self.validate_acknowledge(sender, lease_uuids)
+            leases, provider = self._pending_batch(lease_uuids, sender, "acknowledge")
             sender = sender or provider.address
-            if sender not in (provider.address, self.authority):
-                raise ChainError.billing(UNAUTHORIZED, f"sender {sender} is not authorized to acknowledge leases for provider {provider.uuid}")
-            if lease.state != "PENDING":
-                raise ChainError.billing(LEASE_NOT_PENDING, f"lease {lease_uuid} is not pending")
             now = self._now()
-            if self.version.ack_deadline and now > lease.created_at + timedelta(seconds=self.params.pending_timeout):
-                raise ChainError.billing(ACK_DEADLINE_EXCEEDED, f"lease {lease_uuid} acknowledgement deadline exceeded")
-            acct = self._accounts[lease.tenant]
-            self._touch(lease, acct, provider)
-            lease._snap = None
-            lease.state = "ACTIVE"
-            lease.acknowledged_at = now
-            lease.last_settled_at = now
-            bisect.insort(provider.active, lease.uuid)
-            acct.pending.discard(lease.uuid)
-            acct.active.add(lease.uuid)
-            self._emit(
-                [
-                    ChainEvent(
-                        "lease_acknowledged",
-                        (
-                            ("lease_uuid", lease.uuid),
-                            ("tenant", lease.tenant),
-                            ("provider_uuid", lease.provider_uuid),
-                            ("acknowledged_by", sender),
-                        ),
-                    )
-                ],
-                "/liftedinit.billing.v1.MsgAcknowledgeLease",
-                sender,
-            )
+            deadline = timedelta(seconds=self.params.pending_timeout)
+            if self.version.ack_active_cap:
+                self._check_active_cap(leases)
+            for lease in leases:
+                if self.version.ack_deadline and now > lease.created_at + deadline:
+                    raise ChainError.billing(ACK_DEADLINE_EXCEEDED, f"lease {lease.uuid} acknowledgement deadline exceeded")
+                acct = self._accounts[lease.tenant]
+                self._touch(lease, acct, provider)
+                lease._snap = None
+                lease.state = "ACTIVE"
+                lease.acknowledged_at = now
+                lease.last_settled_at = now
+                bisect.insort(provider.active, lease.uuid)
+                acct.pending.discard(lease.uuid)
+                acct.active.add(lease.uuid)
+            events = _batch_events("lease_acknowledged", "batch_acknowledged", ("acknowledged_by", sender), leases, provider)
+            self._emit(events, "/liftedinit.billing.v1.MsgAcknowledgeLease", sender)
+            return now
+
+    def _check_active_cap(self, leases: list[_Lease]) -> None:
+        """Current chain: no tenant may hold more than ``max_leases_per_tenant`` ACTIVE leases
+        once the batch is acknowledged (creation counts only ACTIVE ones, so PENDING ones can
+        outnumber the room left)."""
+        joining: dict[str, int] = {}
+        for lease in leases:
+            joining[lease.tenant] = joining.get(lease.tenant, 0) + 1
+        cap = self.params.max_leases_per_tenant
+        for tenant, n in joining.items():
+            after = len(self._accounts[tenant].active) + n
+            if after > cap:
+                raise ChainError.billing(
+                    ACK_ACTIVE_CAP_EXCEEDED, f"tenant {tenant} would have {after} active leases, max is {cap}"
+                )
 
     def reject_lease(self, lease_uuid: str, reason: str = "", sender: str = "") -> None:
-        """``MsgRejectLease`` by the provider: PENDING -> REJECTED, reservation released."""
+        """``MsgRejectLease`` of one lease by its provider: PENDING -> REJECTED, reservation released."""
+        self.reject_leases([lease_uuid], reason, sender)
+
+    def reject_leases(self, lease_uuids: Sequence[str], reason: str = "", sender: str = "") -> datetime:
+        """``MsgRejectLease``: 1..100 PENDING leases of one provider become REJECTED, their
+        reservations released, all or nothing; ``batch_rejected`` when more than one (3).
+        Returns ``rejected_at`` (block time)."""
         with self._lock, self._message():
-            if len(reason.encode()) > MAX_REJECTION_REASON:
-                raise ChainError.billing(INVALID_REJECTION_REASON, f"reason exceeds maximum length of {MAX_REJECTION_REASON} characters")
-            lease = self._get(lease_uuid)
-            provider = self._providers[lease.provider_uuid]
+            if sender:
+                self.validate_reject(sender, lease_uuids, reason)
+            leases, provider = self._pending_batch(lease_uuids, sender, "reject")
             sender = sender or provider.address
-            if sender not in (provider.address, self.authority):
-                raise ChainError.billing(UNAUTHORIZED, f"sender {sender} is not authorized to reject lease {lease_uuid}")
-            self._end_pending(lease, "REJECTED", reason)
-            self._emit(
-                [
-                    ChainEvent(
-                        "lease_rejected",
-                        (
-                            ("lease_uuid", lease.uuid),
-                            ("tenant", lease.tenant),
-                            ("provider_uuid", lease.provider_uuid),
-                            ("rejected_by", sender),
-                            ("rejection_reason", sanitize_reason(reason)),
-                        ),
-                    )
-                ],
-                "/liftedinit.billing.v1.MsgRejectLease",
-                sender,
+            for lease in leases:
+                self._end_pending(lease, "REJECTED", reason)
+            events = _batch_events(
+                "lease_rejected", "batch_rejected", ("rejected_by", sender), leases, provider,
+                (("rejection_reason", sanitize_reason(reason)),),
             )
+            self._emit(events, "/liftedinit.billing.v1.MsgRejectLease", sender)
+            return self._now()
+
+    def _pending_batch(self, lease_uuids: Sequence[str], sender: str, operation: str) -> tuple[list[_Lease], _Provider]:
+        """``validatePendingLeaseBatch`` and the provider's authorization: the leases, all
+        PENDING and of one provider, and that provider."""
+        _validate_batch(lease_uuids)
+        leases: list[_Lease] = []
+        for u in lease_uuids:
+            lease = self._get(u)
+            if lease.state != "PENDING":
+                raise ChainError.billing(LEASE_NOT_PENDING, f"lease {u} is not in PENDING state")
+            if leases and lease.provider_uuid != leases[0].provider_uuid:
+                raise ChainError.billing(
+                    MIXED_PROVIDERS, f"lease {u} belongs to provider {lease.provider_uuid}, expected {leases[0].provider_uuid}"
+                )
+            leases.append(lease)
+        provider = self._providers[leases[0].provider_uuid]
+        if sender and sender not in (provider.address, self.authority):
+            raise ChainError.billing(
+                UNAUTHORIZED, f"sender {sender} is not authorized to {operation} leases for provider {provider.uuid}"
+            )
+        return leases, provider
 
     def cancel_lease(self, lease_uuid: str) -> None:
         """``MsgCancelLease`` by the tenant: PENDING -> REJECTED, reservation released."""
@@ -860,8 +890,9 @@ class BillingModel:
         while self._expiries and self._leases[self._expiries[0][1]].state != "PENDING":
             heapq.heappop(self._expiries)
 
-    def end_block(self, height: int, block_time: datetime) -> BlockEvents | None:
-        """EndBlock at ``height``: expire up to 100 PENDING leases whose timeout has passed."""
+    def end_block(self, height: int, block_time: datetime, num_txs: int = 0) -> BlockEvents | None:
+        """EndBlock at ``height`` (a block of ``num_txs`` txs): expire up to 100 PENDING leases
+        whose timeout has passed."""
         with self._lock:
             events: list[ChainEvent] = []
             self._drop_settled_expiries()
@@ -895,7 +926,7 @@ class BillingModel:
             self.height = max(self.height, height)
             if not events:
                 return None
-            block = BlockEvents(height, block_time, tuple(events))
+            block = BlockEvents(height, block_time, tuple(events), num_txs=num_txs)
             self._publish(block)
             return block
 
@@ -1035,7 +1066,7 @@ class BillingModel:
     ) -> WithdrawResult:
         """``MsgWithdraw``: named leases (2.2), or provider-wide paged by ``limit``/``key`` (2.1)."""
         with self._lock, self._message():
-            self._validate_withdraw(sender, provider_uuid, lease_uuids, limit, key)
+            self.validate_withdraw(sender, provider_uuid=provider_uuid, lease_uuids=lease_uuids, limit=limit, key=key)
             if lease_uuids:
                 result = self._withdraw_named(sender, list(lease_uuids))
             else:
@@ -1043,8 +1074,11 @@ class BillingModel:
             self._emit(result.events, "/liftedinit.billing.v1.MsgWithdraw", sender)
             return result
 
-    def _validate_withdraw(self, sender: str, provider_uuid: str, lease_uuids: Sequence[str], limit: int, key: bytes) -> None:
-        """``MsgWithdraw.ValidateBasic``."""
+    # -- ValidateBasic: what a node refuses at CheckTx, before any state is read (4) --
+    def validate_withdraw(
+        self, sender: str, *, provider_uuid: str = "", lease_uuids: Sequence[str] = (), limit: int = 0, key: bytes = b""
+    ) -> None:
+        """``MsgWithdraw.ValidateBasic``. Raises ``ChainError``."""
         self._require_address(sender, "sender address", UNAUTHORIZED)
         if lease_uuids and provider_uuid:
             raise ChainError.billing(INVALID_REQUEST, "cannot specify both lease_uuids and provider_uuid")
@@ -1070,6 +1104,24 @@ class BillingModel:
             raise ChainError.billing(PROVIDER_NOT_FOUND, f"invalid provider_uuid format: {provider_uuid}")
         if limit > MAX_WITHDRAW_LIMIT:
             raise ChainError.billing(INVALID_LEASE, f"limit {limit} exceeds maximum allowed {MAX_WITHDRAW_LIMIT}")
+
+    def validate_close(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> None:
+        """``MsgCloseLease.ValidateBasic``: sender (9), 1..100 distinct UUIDv7 (9), reason bytes (26)."""
+        self._require_address(sender, "sender address", INVALID_LEASE)
+        _validate_batch(lease_uuids)
+        if len(reason.encode()) > MAX_CLOSURE_REASON:
+            raise ChainError.billing(INVALID_CLOSURE_REASON, f"reason exceeds maximum length of {MAX_CLOSURE_REASON} characters")
+
+    def validate_acknowledge(self, sender: str, lease_uuids: Sequence[str]) -> None:
+        """``MsgAcknowledgeLease.ValidateBasic``: sender (6), 1..100 distinct UUIDv7 (9)."""
+        self._require_address(sender, "sender address", UNAUTHORIZED)
+        _validate_batch(lease_uuids)
+
+    def validate_reject(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> None:
+        """``MsgRejectLease.ValidateBasic``: sender (6), the batch (9), reason bytes (24)."""
+        self.validate_acknowledge(sender, lease_uuids)
+        if len(reason.encode()) > MAX_REJECTION_REASON:
+            raise ChainError.billing(INVALID_REJECTION_REASON, f"reason exceeds maximum length of {MAX_REJECTION_REASON} characters")
 
     def _authorized_provider(self, provider_uuid: str, sender: str, operation: str) -> _Provider:
         provider = self._providers.get(provider_uuid)
@@ -1268,12 +1320,7 @@ class BillingModel:
     def close_leases(self, sender: str, lease_uuids: Sequence[str], reason: str = "") -> CloseResult:
         """``MsgCloseLease``: settle and close 1..100 ACTIVE leases; all or nothing (2.3)."""
         with self._lock, self._message():
-            self._require_address(sender, "sender address", INVALID_LEASE)
-            _validate_batch(lease_uuids)
-            if len(reason.encode()) > MAX_CLOSURE_REASON:
-                raise ChainError.billing(
-                    INVALID_CLOSURE_REASON, f"reason exceeds maximum length of {MAX_CLOSURE_REASON} characters"
-                )
+            self.validate_close(sender, lease_uuids, reason)
             leases: list[_Lease] = []
             role = ""
             is_authority = bool(self.authority) and sender == self.authority
@@ -1715,6 +1762,27 @@ def _validate_batch(lease_uuids: Sequence[str]) -> None:
         if u in seen:
             raise ChainError.billing(INVALID_LEASE, f"duplicate lease_uuid: {u}")
         seen.add(u)
+
+
+def _batch_events(
+    kind: str,
+    batch_kind: str,
+    by: tuple[str, str],
+    leases: Sequence[_Lease],
+    provider: _Provider,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> list[ChainEvent]:
+    """A pending batch's events (3): one ``kind`` per lease (who did it, then ``extra``), and a
+    ``batch_kind`` summary when the batch has more than one lease."""
+    events = [
+        ChainEvent(
+            kind, (("lease_uuid", lease.uuid), ("tenant", lease.tenant), ("provider_uuid", lease.provider_uuid), by) + extra
+        )
+        for lease in leases
+    ]
+    if len(leases) > 1:
+        events.append(ChainEvent(batch_kind, (("lease_count", str(len(leases))), ("provider_uuid", provider.uuid), by)))
+    return events
 
 
 def _message_event(action: str, sender: str, msg_index: str) -> ChainEvent:

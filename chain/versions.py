@@ -65,6 +65,8 @@ class ChainVersion:
     list_limit_cap: bool
     #: 2.9: acknowledging after ``created_at + pending_timeout`` fails (34).
     ack_deadline: bool
+    #: 2.9: acknowledging past a tenant's ``max_leases_per_tenant`` ACTIVE leases fails (35).
+    ack_active_cap: bool
     #: 4: the billing codes the version registers (1-33, or 1-40).
     max_error_code: int
     #: 2.1 (6): a provider-wide ``key`` over this many bytes is refused.
@@ -95,6 +97,7 @@ CURRENT = ChainVersion(
     estimate_saturates=True,
     list_limit_cap=True,
     ack_deadline=True,
+    ack_active_cap=True,
     max_error_code=40,
 )
 
@@ -118,6 +121,7 @@ V2_1 = ChainVersion(
     estimate_saturates=False,
     list_limit_cap=False,
     ack_deadline=False,
+    ack_active_cap=False,
     max_error_code=33,
 )
 

@@ -5,13 +5,15 @@ top of the billing model (``chain.model.BillingModel``):
 
 - **CheckTx** (``check_tx``, behind ``BroadcastTx`` sync): decode the
   ``TxRaw``; refuse a tx already in the mempool or recently included (sdk
-  19); one signer, a secp256k1 key matching the messages' sender; gas limit
-  covering the ante cost (sdk 11) and a fee at the node's min gas price
-  (sdk 13) the account can pay (sdk 5); the sequence the account expects
-  counting the txs it already has in the mempool (sdk 32, ``account
-  sequence mismatch, expected N, got M``); the signature over the
-  ``SignDoc`` with this chain id and the account number (sdk 4). Messages
-  are *not* executed: their errors surface at inclusion, as on a node.
+  19); each message's ``ValidateBasic`` (billing codes: bad UUIDs, limit,
+  reason length, mode); one signer, a secp256k1 key matching the
+  messages' sender; gas limit covering the ante cost (sdk 11) and a fee at
+  the node's min gas price (sdk 13) the account can pay (sdk 5); the
+  sequence the account expects counting the txs it already has in the
+  mempool (sdk 32, ``account sequence mismatch, expected N, got M``); the
+  signature over the ``SignDoc`` with this chain id and the account number
+  (sdk 4). Messages are *not* executed: their state errors surface at
+  inclusion, as on a node.
 - **Simulate**: the same checks without the signature, then the messages
   run against the model and are rolled back; answers the gas used, or the
   message's error (billing codes) worded the way a node words it.
@@ -359,6 +361,7 @@ class DevnetNode:
                 hrp = ""
             if hrp != self.prefix:
                 raise TxRejected(SDK, SDK_INVALID_ADDRESS, describe(SDK, SDK_INVALID_ADDRESS, f"invalid sender address {sender!r}"))
+        self._validate_basic(msgs)
         if not tx_raw.signatures and not simulate:
             raise TxRejected(SDK, SDK_NO_SIGNATURES, describe(SDK, SDK_NO_SIGNATURES, "no signatures supplied"))
         infos = auth_info.signer_infos
@@ -398,6 +401,25 @@ class DevnetNode:
             gas_limit=auth_info.fee.gas_limit,
             fee=fee,
         )
+
+    def _validate_basic(self, msgs: list) -> None:
+        """Each message's ``ValidateBasic``, which the SDK runs before the ante handler, at
+        CheckTx and Simulate alike: its error answers the tx, unprefixed (CHAIN-VERSIONS.md 4)."""
+        model = self.model
+        try:
+            for m in msgs:
+                if isinstance(m, billing_tx.MsgWithdraw):
+                    model.validate_withdraw(
+                        m.sender, provider_uuid=m.provider_uuid, lease_uuids=list(m.lease_uuids), limit=m.limit, key=m.key
+                    )
+                elif isinstance(m, billing_tx.MsgCloseLease):
+                    model.validate_close(m.sender, list(m.lease_uuids), m.reason)
+                elif isinstance(m, billing_tx.MsgAcknowledgeLease):
+                    model.validate_acknowledge(m.sender, list(m.lease_uuids))
+                else:
+                    model.validate_reject(m.sender, list(m.lease_uuids), m.reason)
+        except ChainError as exc:
+            raise TxRejected(exc.codespace, exc.code, describe(exc.codespace, exc.code, exc.message)) from None
 
     def _require_account(self, address: str) -> _Account:
         acct = self._accounts.get(address)
@@ -477,7 +499,7 @@ class DevnetNode:
             try:
                 height = self.next_height()
                 with self.model.in_tx(height, "SIMULATION", self.time_of(height), atomic=True) as ctx:
-                    responses = self._run_msgs(tx, ctx.time)
+                    responses = self._run_msgs(tx)
                     raise _Rollback(responses, list(ctx.events))
             except _Rollback as done:
                 responses, events = done.responses, done.events
@@ -495,7 +517,7 @@ class DevnetNode:
     def _message_failure(exc: ChainError, index: int = 0) -> str:
         return f"{MESSAGE_FAILURE}; message index: {index}: {describe(exc.codespace, exc.code, exc.message)}"
 
-    def _run_msgs(self, tx: _DecodedTx, block_time: datetime) -> list[ProtoAny]:
+    def _run_msgs(self, tx: _DecodedTx) -> list[ProtoAny]:
         """Execute the messages on the model (inside ``in_tx``); their responses.
         Raises ``ChainError`` with the failing message's index set."""
         responses: list[ProtoAny] = []
@@ -527,16 +549,14 @@ class DevnetNode:
                         total_settled_amounts=coins_to_proto(c.total_settled_amounts),
                     )
                 elif isinstance(msg, billing_tx.MsgAcknowledgeLease):
-                    for u in msg.lease_uuids:
-                        model.acknowledge_lease(u, msg.sender)
+                    at = model.acknowledge_leases(list(msg.lease_uuids), msg.sender)
                     response = billing_tx.MsgAcknowledgeLeaseResponse(
-                        acknowledged_at=time_to_proto(block_time), acknowledged_count=len(msg.lease_uuids)
+                        acknowledged_at=time_to_proto(at), acknowledged_count=len(msg.lease_uuids)
                     )
                 else:
-                    for u in msg.lease_uuids:
-                        model.reject_lease(u, msg.reason, msg.sender)
+                    at = model.reject_leases(list(msg.lease_uuids), msg.reason, msg.sender)
                     response = billing_tx.MsgRejectLeaseResponse(
-                        rejected_at=time_to_proto(block_time), rejected_count=len(msg.lease_uuids)
+                        rejected_at=time_to_proto(at), rejected_count=len(msg.lease_uuids)
                     )
             except ChainError as exc:
                 exc.message_index = index  # type: ignore[attr-defined]
@@ -589,7 +609,7 @@ class DevnetNode:
             block_time = self.time_of(height)
             for p in pending:
                 self._deliver(p.tx, height, block_time)
-            self.model.end_block(height, block_time)
+            self.model.end_block(height, block_time, num_txs=len(pending))
             self._last_block_height = height
             if self._mempool:
                 self._schedule_block()
@@ -638,7 +658,7 @@ class DevnetNode:
             return
         try:
             with self.model.in_tx(height, tx.txhash, block_time, atomic=True) as ctx:
-                responses = self._run_msgs(tx, block_time)
+                responses = self._run_msgs(tx)
             events = ctx.events
         except ChainError as exc:
             index = getattr(exc, "message_index", 0)

@@ -150,7 +150,11 @@ class _EncodedTx:
             if isinstance(tx, BlockEvents):
                 data: dict[str, Any] = {
                     "type": "tendermint/event/NewBlockEvents",
-                    "value": {"height": str(tx.height), "events": _event_objects(tx.events), "num_txs": "0"},
+                    "value": {
+                        "height": str(tx.height),
+                        "events": _event_objects(tx.events),
+                        "num_txs": str(tx.num_txs),
+                    },
                 }
             else:
                 tx_result = {

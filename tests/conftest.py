@@ -62,6 +62,16 @@ def world():
     w.close()
 
 
+@pytest.fixture
+def raw(world):
+    """Plain gRPC stubs and a hand signer for ``world``'s provider account (``tests.devnet_harness.Raw``)."""
+    from tests.devnet_harness import Raw
+
+    r = Raw(world)
+    yield r
+    r.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_actor_leaks():
     """Every test ends with no actor left in pykka's (global) registry.

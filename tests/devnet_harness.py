@@ -14,8 +14,17 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import grpc
+
+from chain.billing_pb import query_pb2_grpc as billing_grpc, tx_pb2 as billing_tx
 from chain.cosmpy_client import CosmpyChainClient
+from chain.keys import ProviderKey, load_provider_key
 from chain.model import BillingModel
+from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
+from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
+from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
+from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2_grpc as tm_grpc
+from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
 from devnet.embedded import Devnet, start_devnet
 from devnet.model import new_model
 from messages.chain import LeaseItem
@@ -112,3 +121,54 @@ def make_world(websocket: bool = False, **devnet_settings: Any) -> World:
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
     if not eventually(predicate, timeout):
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Raw:
+    """Plain gRPC stubs and a hand signer for the devnet's provider account."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.channel = grpc.insecure_channel(world.devnet.grpc_url.split("://", 1)[1])
+        self.txs = tx_grpc.ServiceStub(self.channel)
+        self.auth = auth_grpc.QueryStub(self.channel)
+        self.tm = tm_grpc.ServiceStub(self.channel)
+        self.billing = billing_grpc.QueryStub(self.channel)
+        self.key: ProviderKey = load_provider_key(world.devnet.provider_key_file)
+
+    def account(self) -> auth_pb2.BaseAccount:
+        r = self.auth.Account(auth_query.QueryAccountRequest(address=self.key.address))
+        acct = auth_pb2.BaseAccount()
+        r.account.Unpack(acct)
+        return acct
+
+    def sign(self, msgs, *, sequence=None, account_number=None, chain_id=None, gas=2_000_000, fee=100_000, key=None) -> bytes:
+        acct = self.account()
+        key = key or self.key
+        tx = Transaction()
+        for m in msgs:
+            tx.add_message(m)
+        tx.seal(
+            SigningCfg.direct(key.public_key, acct.sequence if sequence is None else sequence),
+            fee=TxFee(amount=f"{fee}umfx" if fee else None, gas_limit=gas),
+        )
+        tx.sign(key.signer, chain_id or self.world.devnet.chain_id,
+                acct.account_number if account_number is None else account_number)
+        tx.complete()
+        return tx.tx.SerializeToString()
+
+    def broadcast(self, raw: bytes) -> abci_pb2.TxResponse:
+        req = tx_service.BroadcastTxRequest(tx_bytes=raw, mode=tx_service.BROADCAST_MODE_SYNC)
+        return self.txs.BroadcastTx(req).tx_response
+
+    def included(self, raw: bytes) -> abci_pb2.TxResponse:
+        """Broadcast ``raw`` (CheckTx must pass) and wait for the block that includes it."""
+        sent = self.broadcast(raw)
+        assert sent.code == 0, sent.raw_log
+        wait_until(lambda: self.world.node.get_tx(sent.txhash) is not None, what="inclusion")
+        return self.world.node.get_tx(sent.txhash)
+
+    def close_msg(self, *uuids: str) -> billing_tx.MsgCloseLease:
+        return billing_tx.MsgCloseLease(sender=self.key.address, lease_uuids=list(uuids), reason="test")
+
+    def close(self) -> None:
+        self.channel.close()
