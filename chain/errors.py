@@ -38,6 +38,13 @@ __all__ = [
     "RESERVATION_DENOM_LIMIT_EXCEEDED",
     "SEQUENCE_EXHAUSTED",
     "INTERNAL_CORRUPTION",
+    "GRPC",
+    "GRPC_STATUS_CODES",
+    "GRPC_UNKNOWN",
+    "GRPC_INVALID_ARGUMENT",
+    "GRPC_NOT_FOUND",
+    "GRPC_RESOURCE_EXHAUSTED",
+    "GRPC_INTERNAL",
     "ERROR_NAMES",
     "error_name",
     "is_lease_gone",
@@ -45,6 +52,9 @@ __all__ = [
 
 BILLING = "billing"
 SDK = "sdk"
+#: A gRPC status the node set itself (a querier's NOT_FOUND, INVALID_ARGUMENT,
+#: INTERNAL, RESOURCE_EXHAUSTED, ...): the code is the status's number.
+GRPC = "grpc"
 
 # liftedinit.billing.v1 module errors (codespace "billing"; CHAIN-VERSIONS.md 4).
 LEASE_NOT_FOUND = 2
@@ -82,6 +92,19 @@ SDK_OUT_OF_GAS = 11
 SDK_INSUFFICIENT_FEE = 13
 SDK_TX_IN_MEMPOOL = 19
 SDK_SEQUENCE_MISMATCH = 32
+
+#: gRPC status names and their numbers (grpc/status.h): codes of codespace ``grpc``.
+GRPC_STATUS_CODES = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+    "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
+    "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}
+GRPC_UNKNOWN = GRPC_STATUS_CODES["UNKNOWN"]
+GRPC_INVALID_ARGUMENT = GRPC_STATUS_CODES["INVALID_ARGUMENT"]
+GRPC_NOT_FOUND = GRPC_STATUS_CODES["NOT_FOUND"]
+GRPC_RESOURCE_EXHAUSTED = GRPC_STATUS_CODES["RESOURCE_EXHAUSTED"]
+GRPC_INTERNAL = GRPC_STATUS_CODES["INTERNAL"]
 
 #: (codespace, code) -> the error's name in the chain's source (``x/billing/types/errors.go``,
 #: the SDK's ``types/errors``), so that a log line says which error it was without a table
@@ -134,6 +157,7 @@ ERROR_NAMES: dict[tuple[str, int], str] = {
     (SDK, SDK_INSUFFICIENT_FEE): "ErrInsufficientFee",
     (SDK, SDK_TX_IN_MEMPOOL): "ErrTxInMempoolCache",
     (SDK, SDK_SEQUENCE_MISMATCH): "ErrWrongSequence",
+    **{(GRPC, number): name for name, number in GRPC_STATUS_CODES.items()},
 }
 
 
@@ -147,6 +171,9 @@ _TRANSIENT = {
     (SDK, SDK_SEQUENCE_MISMATCH),
     (SDK, SDK_TX_IN_MEMPOOL),
     (SDK, SDK_OUT_OF_GAS),
+    # A querier's work bound (CreditEstimate over its lease ceiling, a long
+    # offset scan) or a node shedding load: the same query can pass later.
+    (GRPC, GRPC_RESOURCE_EXHAUSTED),
 }
 
 

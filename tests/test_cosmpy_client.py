@@ -15,7 +15,16 @@ from datetime import timedelta
 import pytest
 
 from chain.billing_pb import tx_pb2 as billing_tx
-from chain.errors import BILLING, LEASE_NOT_ACTIVE, SDK, ChainError
+from chain.errors import (
+    BILLING,
+    GRPC,
+    GRPC_INVALID_ARGUMENT,
+    GRPC_NOT_FOUND,
+    LEASE_NOT_ACTIVE,
+    SDK,
+    ChainError,
+    QueryRefused,
+)
 from chain.model import TxEvents
 from messages.coins import Coin, coins
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, wait_until
@@ -81,6 +90,40 @@ def test_queries_answer_what_the_chain_holds(world: World) -> None:
         client.credit_account(addr("nobody"))
     # Query errors are gRPC statuses, not billing codes (CHAIN-VERSIONS.md 4): NOT_FOUND is 5.
     assert (info.value.codespace, info.value.code, info.value.transient) == ("grpc", 5, False)
+
+
+@pytest.mark.parametrize(
+    "status, code, transient",
+    [("NOT_FOUND", 5, False), ("INVALID_ARGUMENT", 3, False), ("INTERNAL", 13, False), ("RESOURCE_EXHAUSTED", 8, True)],
+)
+def test_a_query_refused_with_a_status_is_filed_under_that_status(
+    world: World, monkeypatch: pytest.MonkeyPatch, status: str, code: int, transient: bool
+) -> None:
+    """The querier's status is its answer: not a billing code guessed from the text, nor a transport failure."""
+    t = world.tenant("t1")
+
+    def refuse(tenant: str):
+        # Worded like the chain's refusals, ending in a registered description (billing 12's).
+        raise QueryRefused(status, f"provider_uuid of tenant {tenant} not found: provider not found")
+
+    monkeypatch.setattr(world.model, "credit_estimate", refuse)
+    with pytest.raises(ChainError) as info:
+        world.client().credit_estimate(t)
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (GRPC, code, transient, False)
+    assert str(err).startswith(f"grpc code {code} ({status}): credit_estimate {t}: gRPC {status}: provider_uuid")
+
+
+def test_query_statuses_of_the_chains_own_refusals(world: World) -> None:
+    client = world.client()
+    with pytest.raises(ChainError) as info:
+        client.credit_account("not-an-address")
+    assert (info.value.codespace, info.value.code) == (GRPC, GRPC_INVALID_ARGUMENT)
+    assert "invalid tenant address" in str(info.value)
+    with pytest.raises(ChainError) as info:
+        client.lease("0197aaaa-0000-7000-8000-000000000000")
+    assert (info.value.codespace, info.value.code, info.value.transient) == (GRPC, GRPC_NOT_FOUND, False)
 
 
 def test_node_status_reports_catching_up(world: World) -> None:
