@@ -10,7 +10,8 @@ Writes are txs signed with the provider key in ``SIGN_MODE_DIRECT`` (cosmpy's
 ``Transaction``/``SigningCfg``), one at a time under one lock, because txs of
 one signer must carry consecutive sequence numbers:
 
-1. the account number and sequence are read once and cached; each accepted
+1. the account number and sequence are read once and cached (from a
+   ``BaseAccount`` or any vesting account wrapping one); each accepted
    broadcast advances the cached sequence;
 2. the tx is simulated for gas (limit = gas used x ``gas_multiplier``, fee =
    ``ceil(limit x gas_price)`` in ``fee_denom``); a message error (e.g.
@@ -86,6 +87,7 @@ from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from cosmpy.protos.cosmos.vesting.v1beta1 import vesting_pb2
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin, add_coins
 from messages.ledger import LeaseSettled
@@ -134,6 +136,38 @@ class IncludedTx:
 class _Account:
     number: int
     sequence: int
+
+
+#: Account types a signer may have, by type URL, and how to reach the
+#: ``BaseAccount`` (number, sequence) inside: a provider key's account may
+#: well be a vesting one (tokens granted with a schedule), and reading only
+#: BaseAccount would leave such a provider unable to sign anything.
+_ACCOUNT_TYPES: dict[str, tuple[type[Message], Callable[[Any], auth_pb2.BaseAccount]]] = {
+    f"/{auth_pb2.BaseAccount.DESCRIPTOR.full_name}": (auth_pb2.BaseAccount, lambda a: a),
+    **{
+        f"/{kind.DESCRIPTOR.full_name}": (kind, lambda a: a.base_vesting_account.base_account)
+        for kind in (
+            vesting_pb2.ContinuousVestingAccount,
+            vesting_pb2.DelayedVestingAccount,
+            vesting_pb2.PeriodicVestingAccount,
+            vesting_pb2.PermanentLockedAccount,
+        )
+    },
+}
+
+
+def base_account(packed: ProtoAny) -> auth_pb2.BaseAccount | None:
+    """The ``BaseAccount`` of what ``auth/Account`` answered; None for a type a signer cannot have, or bytes that do not decode."""
+    found = _ACCOUNT_TYPES.get(packed.type_url)
+    if found is None:
+        return None
+    kind, base_of = found
+    account = kind()
+    try:
+        account.ParseFromString(packed.value)
+    except DecodeError:
+        return None
+    return base_of(account)
 
 
 def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = False) -> ChainError:
@@ -619,10 +653,12 @@ class CosmpyChainClient:
                     codespace=SDK, code=SDK_UNKNOWN_ADDRESS, transient=False,
                 ) from None
             raise rpc_error(operation, exc) from None
-        base = auth_pb2.BaseAccount()
-        if not r.account.Unpack(base):
+        base = base_account(r.account)
+        if base is None:
+            known = ", ".join(sorted(t.rsplit(".", 1)[-1] for t in _ACCOUNT_TYPES))
             raise ChainError(
-                f"{operation}: account {self.address} is a {r.account.type_url}, not a BaseAccount",
+                f"{operation}: account {self.address} is a {r.account.type_url or '(empty Any)'}; "
+                f"the signer's account must be one of {known}",
                 codespace="protocol", transient=False,
             )
         self._account = _Account(number=base.account_number, sequence=base.sequence)

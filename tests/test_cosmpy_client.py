@@ -13,6 +13,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from google.protobuf.any_pb2 import Any as ProtoAny
 
 from chain.billing_pb import tx_pb2 as billing_tx
 from chain.errors import (
@@ -27,7 +28,7 @@ from chain.errors import (
 )
 from chain.model import TxEvents
 from messages.coins import Coin, coins
-from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, wait_until
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
 from tests.support import addr
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
@@ -407,3 +408,38 @@ def test_a_close_of_unknown_outcome_is_read_back_by_its_tx(world: World) -> None
     outcome = client.close_outcome(tx_hash, [lease])
     assert outcome is not None and outcome.closed_count == 1 and outcome.tx_hashes == (tx_hash,)
     assert [(s.lease_uuid, s.kind, s.tx_hash) for s in outcome.settlements] == [(lease, "close", tx_hash)]
+
+
+@pytest.mark.parametrize("kind", ["continuous_vesting", "delayed_vesting", "periodic_vesting", "permanent_locked"])
+def test_a_vesting_signer_account_signs_and_withdraws(kind: str) -> None:
+    world = make_world(signer_account=kind)
+    try:
+        assert world.node.account(world.devnet.provider_address).kind == kind
+        t = world.tenant("t1")
+        lease = world.lease(t)
+        world.clock.advance(20)
+        client = world.client()
+
+        page = client.withdraw_by_provider(PROVIDER, b"")
+        outcome = client.close_leases([lease], "done")
+
+        assert page.withdrawal_count == 1 and page.total_amounts
+        assert outcome.closed_count == 1
+        # Number and sequence were read from inside the vesting account, once, and were right.
+        assert world.devnet.faults.calls["Account"] == 1
+        assert [r.code for r in world.node.included_txs()] == [0, 0]
+        assert world.node.account(world.devnet.provider_address).sequence == 2
+    finally:
+        world.close()
+
+
+def test_an_account_type_a_signer_cannot_have_is_a_clear_error() -> None:
+    from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2
+
+    from chain.cosmpy_client import base_account
+
+    module = ProtoAny()
+    module.Pack(auth_pb2.ModuleAccount(base_account=auth_pb2.BaseAccount(sequence=4), name="fees"), type_url_prefix="/")
+    assert base_account(module) is None
+    vesting = ProtoAny(type_url="/cosmos.vesting.v1beta1.DelayedVestingAccount", value=b"\xff\xff")
+    assert base_account(vesting) is None  # undecodable
