@@ -78,6 +78,7 @@ from chain.errors import (
 from chain.keys import ProviderKey, load_provider_key
 from chain.listing import walk_pages
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
+from chain.node_settings import read_tls_ca
 from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, TRANSPORT_STATUS_NAMES, expected_sequence, status_error
 from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
@@ -215,6 +216,7 @@ class CosmpyChainClient:
         max_tx_retries: int = 5,
         withdraw_limit: int = 50,
         page_size: int = 100,
+        tls_ca_file: str = "",
     ) -> None:
         parsed = parse_url(grpc_url) if "://" in grpc_url else None
         if parsed is None or parsed.protocol != Protocol.GRPC:
@@ -234,7 +236,12 @@ class CosmpyChainClient:
         self.page_size = page_size
         options = [("grpc.keepalive_time_ms", 30_000), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         if parsed.secure:
-            self._channel = grpc.secure_channel(parsed.host_and_port, grpc.ssl_channel_credentials(), options)
+            # The CA file is read now: a wrong one is an error at start, not an unreachable node later.
+            roots = read_tls_ca(tls_ca_file) if tls_ca_file else None  # None: the system's CAs
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(parsed.host_and_port, credentials, options)
+        elif tls_ca_file:
+            raise ValueError(f"tls_ca_file {tls_ca_file!r}: set, but grpc_url {grpc_url!r} does not use TLS (grpc+https://)")
         else:
             self._channel = grpc.insecure_channel(parsed.host_and_port, options)
         self._auth = auth_grpc.QueryStub(self._channel)
@@ -249,7 +256,11 @@ class CosmpyChainClient:
     def from_settings(
         cls, node: Any, chain_id: str, *, key: ProviderKey | None = None, grpc_url: str | None = None
     ) -> "CosmpyChainClient":
-        """Build from ``[node]`` settings (``chain.node_settings.NodeSettings``); loads the key if not given."""
+        """Build from ``[node]`` settings (``chain.node_settings.NodeSettings``); loads the key if not given.
+
+        A ``grpc_url`` given here (the embedded devnet's) replaces ``[node]``'s
+        endpoint, and its TLS CA with it: that CA is for the node configured.
+        """
         if key is None:
             key = load_provider_key(node.key_file, node.key_env)
         return cls(
@@ -266,6 +277,7 @@ class CosmpyChainClient:
             max_tx_retries=node.max_tx_retries,
             withdraw_limit=node.withdraw_limit,
             page_size=node.page_size,
+            tls_ca_file=node.tls_ca_file if grpc_url is None else "",
         )
 
     @property

@@ -15,7 +15,26 @@ from decimal import Decimal, InvalidOperation
 
 from runtime.config import section, setting
 
-__all__ = ["NodeSettings"]
+__all__ = ["NodeSettings", "read_tls_ca"]
+
+#: What a PEM certificate starts with. gRPC reads the CA bytes only at the
+#: first handshake, so a wrong file would surface as a node that is merely
+#: unreachable; it is checked when read instead.
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+
+
+def read_tls_ca(path: str) -> bytes:
+    """The PEM certificates of ``[node] tls_ca_file``; a ValueError naming the setting and the problem."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise ValueError(f"tls_ca_file {path!r}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"tls_ca_file {path!r}: cannot be read: {exc.strerror or exc}") from None
+    if _PEM_CERTIFICATE not in data:
+        raise ValueError(f"tls_ca_file {path!r}: holds no PEM certificate ({_PEM_CERTIFICATE.decode()} ...)")
+    return data
 
 
 @section("node")
@@ -23,6 +42,9 @@ __all__ = ["NodeSettings"]
 class NodeSettings:
     grpc_url: str = setting(
         "grpc+http://127.0.0.1:9090", "node gRPC endpoint: grpc+http://host:port or grpc+https://host:port"
+    )
+    tls_ca_file: str = setting(
+        "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs"
     )
     websocket_url: str = setting("ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)")
     key_file: str = setting("", "file holding the provider key (mnemonic or hex); must be mode 0600")
@@ -60,6 +82,12 @@ class NodeSettings:
             raise ValueError(f"gas_price: must be a non-negative decimal, got {self.gas_price!r}")
         if not self.grpc_url.startswith(("grpc+http://", "grpc+https://")):
             raise ValueError(f"grpc_url: expected grpc+http://host:port or grpc+https://host:port, got {self.grpc_url!r}")
+        if self.tls_ca_file:
+            if not self.grpc_url.startswith("grpc+https://"):
+                raise ValueError(
+                    f"tls_ca_file: set, but grpc_url {self.grpc_url!r} does not use TLS (grpc+https://host:port)"
+                )
+            read_tls_ca(self.tls_ca_file)
         if not self.websocket_url.startswith(("ws://", "wss://")):
             raise ValueError(f"websocket_url: expected ws://... or wss://..., got {self.websocket_url!r}")
         if self.key_file and self.key_env:

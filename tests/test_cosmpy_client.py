@@ -7,10 +7,11 @@ waits (``tests.devnet_harness.BlockProducer``), so amounts are exact.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
+import ipaddress
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from google.protobuf.any_pb2 import Any as ProtoAny
@@ -26,8 +27,12 @@ from chain.errors import (
     ChainError,
     QueryRefused,
 )
+from chain.cosmpy_client import CosmpyChainClient
+from chain.keys import load_provider_key
 from chain.model import TxEvents
+from devnet.grpc_server import DevnetGrpcServer
 from messages.coins import Coin, coins
+from runtime.config import ConfigError, load_config
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
 from tests.support import addr
 
@@ -443,3 +448,81 @@ def test_an_account_type_a_signer_cannot_have_is_a_clear_error() -> None:
     assert base_account(module) is None
     vesting = ProtoAny(type_url="/cosmos.vesting.v1beta1.DelayedVestingAccount", value=b"\xff\xff")
     assert base_account(vesting) is None  # undecodable
+
+
+def _self_signed_certificate() -> tuple[bytes, bytes]:
+    """(private key, certificate) PEM for 127.0.0.1 and localhost, its own CA: what a node's operator might run."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "leasewarden devnet test CA")])
+    now = datetime.now(timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def test_a_grpc_https_node_is_reached_with_the_configured_ca_file(world: World, tmp_path: Path) -> None:
+    key_pem, cert_pem = _self_signed_certificate()
+    ca_file = tmp_path / "node-ca.pem"
+    ca_file.write_bytes(cert_pem)
+    server = DevnetGrpcServer(world.node, host="127.0.0.1", tls=(key_pem, cert_pem))
+    server.start()
+    try:
+        assert server.url.startswith("grpc+https://127.0.0.1:")
+        config = load_config(
+            overrides={"node": {"grpc_url": server.url, "tls_ca_file": str(ca_file), "tx_poll_interval": "2ms"}}
+        )
+        key = load_provider_key(world.devnet.provider_key_file)
+        client = CosmpyChainClient.from_settings(config.node, world.devnet.chain_id, key=key)
+        world.lease(world.tenant("t1"))
+        world.clock.advance(20)
+
+        assert client.node_status() == world.node.status()
+        assert client.withdraw_by_provider(PROVIDER, b"").withdrawal_count == 1  # a tx, over TLS
+
+        # Without the CA file the system's CAs are asked, and they do not know this node's certificate.
+        untrusting = CosmpyChainClient(server.url, key, world.devnet.chain_id, query_timeout=2.0)
+        with pytest.raises(ChainError) as info:
+            untrusting.node_status()
+        assert (info.value.codespace, info.value.transient) == ("transport", True)
+        client.close()
+        untrusting.close()
+    finally:
+        server.stop()
+
+
+def test_a_tls_ca_file_that_cannot_be_used_is_an_error_at_start_naming_the_setting(world: World, tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing-ca.pem")
+    https = "grpc+https://node.example:9090"
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file '.*missing-ca.pem': no such file"):
+        load_config(overrides={"node": {"grpc_url": https, "tls_ca_file": missing}})
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82\x01\x0a")
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file '.*ca.der': holds no PEM certificate"):
+        load_config(overrides={"node": {"grpc_url": https, "tls_ca_file": str(not_pem)}})
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file: set, but grpc_url 'grpc\+http://.*' does not use TLS"):
+        load_config(overrides={"node": {"grpc_url": "grpc+http://127.0.0.1:9090", "tls_ca_file": missing}})
+    # The client refuses the same, built without the settings.
+    key = load_provider_key(world.devnet.provider_key_file)
+    with pytest.raises(ValueError, match=r"tls_ca_file '.*missing-ca.pem': no such file"):
+        CosmpyChainClient(https, key, world.devnet.chain_id, tls_ca_file=missing)
