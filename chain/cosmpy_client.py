@@ -13,9 +13,13 @@ one signer must carry consecutive sequence numbers:
 1. the account number and sequence are read once and cached (from a
    ``BaseAccount`` or any vesting account wrapping one); each accepted
    broadcast advances the cached sequence;
-2. the tx is simulated for gas (limit = gas used x ``gas_multiplier``, fee =
-   ``ceil(limit x gas_price)`` in ``fee_denom``); a message error (e.g.
-   billing code 3, lease not active) surfaces here, before any fee is paid;
+2. the tx is simulated for gas as the production client (fred) does it: a
+   tx declaring ``simulate_gas`` (200,000) with no fee and an empty
+   signature beside the real public key; the gas limit is the gas used x
+   ``gas_adjustment`` (1.2), truncated, and the fee ``ceil(limit x
+   gas_price)`` in ``fee_denom``, at least 1 (``gas_price`` 0.000025 umfx,
+   the network's minimum). A message error (e.g. billing code 3, lease not
+   active) surfaces here, before any fee is paid;
 3. it is broadcast (sync). A sequence mismatch (sdk 32) re-reads the
    account (taking the ``expected N`` the node names when it is ahead, as
    when our own txs still wait in its mempool) and signs again; out of gas
@@ -104,6 +108,11 @@ TRANSPORT_STATUSES = frozenset(getattr(grpc.StatusCode, name) for name in TRANSP
 V21_WITHDRAWABLE_LIMIT = _V21[1]
 CURRENT_WITHDRAWABLE_LIMIT = _CURRENT[1]
 
+#: The smallest fee a tx pays, in ``fee_denom``: a tiny gas limit at the
+#: network's price (0.000025 umfx per gas) rounds to 0, which a node with a
+#: min gas price refuses (fred pays at least 1 as well).
+MIN_FEE = 1
+
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
 #: First pause before a re-send; doubled each time (a lost answer usually
@@ -180,6 +189,16 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     return status_error(operation, status.name, details, may_have_committed=may_have_committed)
 
 
+def _decimal(value: float | Decimal | str) -> Decimal:
+    """A setting's number as the decimal it was written as (1.2, not 1.1999999999999999556)."""
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def _times(gas: int, factor: Decimal) -> int:
+    """``gas x factor``, truncated (decimal arithmetic, as the SDK's LegacyDec: no float rounding in a fee)."""
+    return int(Decimal(gas) * factor)
+
+
 def parse_block_time(text: str) -> datetime | None:
     """A ``TxResponse.timestamp`` (RFC 3339, ``Z`` or an offset, up to nanoseconds) as UTC; None if empty or malformed."""
     m = _RFC3339.fullmatch(text.strip())
@@ -207,9 +226,10 @@ class CosmpyChainClient:
         chain_id: str,
         *,
         fee_denom: str = "umfx",
-        gas_price: Decimal | str = "0.025",
-        gas_multiplier: float = 1.5,
-        out_of_gas_multiplier: float = 1.5,
+        gas_price: Decimal | str = "0.000025",
+        gas_adjustment: float | Decimal = 1.2,
+        out_of_gas_multiplier: float | Decimal = 1.5,
+        simulate_gas: int = 200_000,
         tx_timeout: float = 30.0,
         tx_poll_interval: float = 0.2,
         query_timeout: float = 10.0,
@@ -226,8 +246,10 @@ class CosmpyChainClient:
         self.chain_id = chain_id
         self.fee_denom = fee_denom
         self.gas_price = Decimal(gas_price)
-        self.gas_multiplier = gas_multiplier
+        #: Gas used x this = the gas limit (kept as given; read as a decimal, ``_times``).
+        self.gas_adjustment = gas_adjustment
         self.out_of_gas_multiplier = out_of_gas_multiplier
+        self.simulate_gas = simulate_gas
         self.tx_timeout = tx_timeout
         self.tx_poll_interval = tx_poll_interval
         self.query_timeout = query_timeout
@@ -269,8 +291,9 @@ class CosmpyChainClient:
             chain_id,
             fee_denom=node.fee_denom,
             gas_price=node.gas_price,
-            gas_multiplier=node.gas_multiplier,
+            gas_adjustment=node.gas_adjustment,
             out_of_gas_multiplier=node.out_of_gas_multiplier,
+            simulate_gas=node.simulate_gas,
             tx_timeout=node.tx_timeout.total_seconds(),
             tx_poll_interval=node.tx_poll_interval.total_seconds(),
             query_timeout=node.query_timeout.total_seconds(),
@@ -591,14 +614,14 @@ class CosmpyChainClient:
             return self._send(operation, list(msgs), signed)
 
     def _send(self, operation: str, msgs: list[Message], signed: Callable[[str], None] | None) -> IncludedTx:
-        margin = self.gas_multiplier
+        margin = _decimal(self.gas_adjustment)
         retries = 0
         txhash = ""
         while True:
             account = self._account_info(operation)
             try:
                 gas_used = self._simulate(operation, msgs, account)
-                gas_limit = math.ceil(gas_used * margin)
+                gas_limit = _times(gas_used, margin)
                 raw = self._sign(msgs, account, gas_limit)
                 txhash = hashlib.sha256(raw).hexdigest().upper()
                 if signed is not None:
@@ -622,8 +645,8 @@ class CosmpyChainClient:
                     raise
                 retries += 1
                 if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS:
-                    margin *= self.out_of_gas_multiplier
-                    log.info("%s: out of gas, signing again with gas margin %.2f", operation, margin)
+                    margin *= _decimal(self.out_of_gas_multiplier)
+                    log.info("%s: out of gas, signing again with gas margin %s", operation, margin)
                 else:
                     log.info("%s: %s; re-reading the account and signing again", operation, exc)
                     self._resync(operation, exc)
@@ -676,22 +699,42 @@ class CosmpyChainClient:
         self._account = _Account(number=base.account_number, sequence=base.sequence)
         return self._account
 
-    def _sign(self, msgs: list[Message], account: _Account, gas_limit: int) -> bytes:
-        fee_amount = math.ceil(Decimal(gas_limit) * self.gas_price)
+    def _fee(self, gas_limit: int) -> int:
+        """The fee of a tx of ``gas_limit``, in ``fee_denom``: ``ceil(gas_limit x gas_price)``, at least ``MIN_FEE``."""
+        return max(MIN_FEE, math.ceil(Decimal(gas_limit) * Decimal(self.gas_price)))
+
+    def _unsigned(self, msgs: list[Message], account: _Account, gas_limit: int, fee: int | None) -> Transaction:
+        """The tx sealed for ``account`` at its sequence; ``fee`` None: no fee amount at all (a Simulate tx)."""
         tx = Transaction()
         for m in msgs:
             tx.add_message(m)
         tx.seal(
             SigningCfg.direct(self.key.public_key, account.sequence),
-            fee=TxFee(amount=f"{fee_amount}{self.fee_denom}" if fee_amount else None, gas_limit=gas_limit),
+            fee=TxFee(amount=None if fee is None else f"{fee}{self.fee_denom}", gas_limit=gas_limit),
             memo="",
         )
+        return tx
+
+    def _sign(self, msgs: list[Message], account: _Account, gas_limit: int) -> bytes:
+        tx = self._unsigned(msgs, account, gas_limit, self._fee(gas_limit))
         tx.sign(self.key.signer, self.chain_id, account.number, deterministic=True)
         tx.complete()
         return tx.tx.SerializeToString()
 
+    def _simulation_tx(self, msgs: list[Message], account: _Account) -> bytes:
+        """What Simulate is asked about: ``simulate_gas`` declared, no fee, an empty signature.
+
+        Simulate checks the sequence but not the signature, and deducts no
+        fee only when there is none. The declared gas is a small fixed one:
+        a node refuses to simulate a tx declaring more than the block's max
+        gas, and the gas used it measures does not depend on it.
+        """
+        tx = self._unsigned(msgs, account, self.simulate_gas, None).complete().tx
+        tx.signatures.append(b"")
+        return tx.SerializeToString()
+
     def _simulate(self, operation: str, msgs: list[Message], account: _Account) -> int:
-        raw = self._sign(msgs, account, 0)
+        raw = self._simulation_tx(msgs, account)
         try:
             r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.query_timeout)
         except grpc.RpcError as exc:

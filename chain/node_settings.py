@@ -1,7 +1,8 @@
 """``[node]``: how the sidecar reaches a chain node and signs for the provider.
 
 The gRPC and websocket endpoints, where the provider key comes from, the fee
-(gas price in the fee denom, simulated gas times a margin) and the time
+(gas price in the fee denom, simulated gas times an adjustment, as the
+production client fred computes them: CHAIN-VERSIONS.md 5) and the time
 limits of queries and of waiting for a tx to be included. In devnet mode
 the endpoints and key file are the embedded devnet's and the URLs here are
 ignored; pointing them at a real node is the only change for production.
@@ -9,6 +10,7 @@ ignored; pointing them at a real node is the only change for production.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -51,11 +53,21 @@ class NodeSettings:
     key_env: str = setting("", "name of an environment variable holding the provider key (instead of key_file)")
     fee_denom: str = setting("umfx", "denom fees are paid in")
     gas_price: str = setting(
-        "0.025", "fee per unit of gas in fee_denom, a decimal (fee = ceil(gas_limit x gas_price))"
+        "0.000025",
+        "fee per unit of gas in fee_denom, a decimal: fee = ceil(gas limit x gas_price), at least 1 "
+        "(0.000025 umfx is the network's minimum and fred's price)",
     )
-    gas_multiplier: float = setting(1.5, "gas limit = simulated gas x this margin", min=1.1, max=10.0)
+    gas_adjustment: float = setting(
+        1.2, "gas limit = simulated gas used x this, truncated (fred's gas_adjustment)", min=1.0, max=3.0
+    )
     out_of_gas_multiplier: float = setting(
         1.5, "after an out-of-gas failure the margin is multiplied by this", min=1.1, max=10.0
+    )
+    simulate_gas: int = setting(
+        200_000,
+        "gas the Simulate tx declares; keep it under the chain's block max gas, which a node refuses "
+        "a simulation above (the gas measured does not depend on it)",
+        min=1,
     )
     tx_timeout: timedelta = setting(
         timedelta(seconds=30), "how long to wait for a broadcast tx to be included", min=timedelta(milliseconds=100)
@@ -74,6 +86,10 @@ class NodeSettings:
     page_size: int = setting(100, "leases per LeasesByProvider page", min=1, max=1000)
 
     def validate(self) -> None:
+        for name in ("gas_adjustment", "out_of_gas_multiplier"):
+            value = getattr(self, name)
+            if not math.isfinite(value):  # NaN passes the min/max comparisons
+                raise ValueError(f"{name}: must be a finite number, got {value!r}")
         try:
             price = Decimal(self.gas_price)
         except InvalidOperation:

@@ -8,12 +8,15 @@ waits (``tests.devnet_harness.BlockProducer``), so amounts are exact.
 from __future__ import annotations
 
 import ipaddress
+import math
 import threading
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1PubKey
+from cosmpy.protos.cosmos.tx.v1beta1 import tx_pb2
 from google.protobuf.any_pb2 import Any as ProtoAny
 
 from chain.billing_pb import tx_pb2 as billing_tx
@@ -50,8 +53,6 @@ def _withdraw_txs(world: World) -> list:
 
 
 def _tx_msgs(r) -> list:
-    from cosmpy.protos.cosmos.tx.v1beta1 import tx_pb2
-
     tx = tx_pb2.Tx()
     r.tx.Unpack(tx)
     return list(tx.body.messages)
@@ -237,7 +238,7 @@ def test_out_of_gas_at_inclusion_is_retried_with_more_gas(world: World) -> None:
     world.lease(t)
     world.clock.advance(20)
     client = world.client(withdraw_limit=3)
-    # Execution costs more than simulated, once: a 1.5x margin is too small.
+    # Execution costs more than simulated, once: the 1.2x adjustment is too small.
     world.node.add_gas_surcharge(60_000, times=1)
 
     page = client.withdraw_by_provider(PROVIDER, b"")
@@ -526,3 +527,81 @@ def test_a_tls_ca_file_that_cannot_be_used_is_an_error_at_start_naming_the_setti
     key = load_provider_key(world.devnet.provider_key_file)
     with pytest.raises(ValueError, match=r"tls_ca_file '.*missing-ca.pem': no such file"):
         CosmpyChainClient(https, key, world.devnet.chain_id, tls_ca_file=missing)
+
+
+def _fee_of(world: World, tx_hash: str) -> tuple[int, list[tuple[str, str]]]:
+    """(gas limit, [(denom, amount)]) of an included tx, from its auth_info."""
+    tx = tx_pb2.Tx()
+    world.node.get_tx(tx_hash).tx.Unpack(tx)
+    return tx.auth_info.fee.gas_limit, [(c.denom, c.amount) for c in tx.auth_info.fee.amount]
+
+
+def _record_simulations(world: World) -> list[tuple[bytes, int]]:
+    """Every tx the node is asked to simulate from now on, with the gas it answered."""
+    asked: list[tuple[bytes, int]] = []
+    simulate = world.node.simulate
+
+    def recording(raw: bytes):
+        gas, result = simulate(raw)
+        asked.append((raw, gas))
+        return gas, result
+
+    world.node.simulate = recording
+    return asked
+
+
+@pytest.mark.parametrize("adjustment", [None, 2.75])
+def test_the_fee_is_the_gas_used_times_the_adjustment_times_the_price_rounded_up(world: World, adjustment) -> None:
+    t = world.tenant("t1")
+    for _ in range(3):
+        world.lease(t)
+    world.clock.advance(60)
+    simulated = _record_simulations(world)
+    client = world.client() if adjustment is None else world.client(gas_adjustment=adjustment)
+    assert world.config.node.gas_price == "0.000025" and world.config.node.gas_adjustment == 1.2
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    ((_, gas_used),) = simulated
+    factor = Decimal("1.2") if adjustment is None else Decimal(str(adjustment))
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit == int(gas_used * factor)  # truncated
+    assert fee == [("umfx", str(math.ceil(gas_limit * Decimal("0.000025"))))]
+    assert 0 < int(fee[0][1]) < 100  # a page of 50 leases costs tens of umfx, not tens of thousands
+
+
+def test_the_fee_is_at_least_one_umfx(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    world.node.min_gas_price = Decimal(0)  # a node that takes any fee
+    tiny = world.client(gas_price="0.00000001")
+
+    page = tiny.withdraw_by_provider(PROVIDER, b"")
+    closed = world.client(gas_price="0").close_leases([world.model.active_leases_by_provider(PROVIDER)[0].uuid], "bye")
+
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit * Decimal("0.00000001") < 1 and fee == [("umfx", "1")]
+    assert _fee_of(world, closed.tx_hashes[0])[1] == [("umfx", "1")]
+
+
+def test_simulate_is_asked_with_the_declared_gas_no_fee_and_an_empty_signature(world: World) -> None:
+    t = world.tenant("t1")
+    lease = world.lease(t)
+    world.clock.advance(20)
+    simulated = _record_simulations(world)
+    client = world.client()
+    client.withdraw_by_provider(PROVIDER, b"")
+    client.close_leases([lease], "done")
+
+    assert len(simulated) == 2
+    for sequence, (raw, _) in enumerate(simulated):
+        tx_raw = tx_pb2.TxRaw.FromString(raw)
+        auth_info = tx_pb2.AuthInfo.FromString(tx_raw.auth_info_bytes)
+        assert auth_info.fee.gas_limit == 200_000  # [node] simulate_gas, never the fallback gas_limit
+        assert list(auth_info.fee.amount) == []
+        assert list(tx_raw.signatures) == [b""]
+        (signer,) = auth_info.signer_infos
+        assert signer.sequence == sequence  # the account's sequence at the time
+        pubkey = Secp256k1PubKey()
+        signer.public_key.Unpack(pubkey)
+        assert pubkey.key == client.key.public_key.public_key_bytes
