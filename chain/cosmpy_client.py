@@ -18,8 +18,14 @@ one signer must carry consecutive sequence numbers:
    signature beside the real public key; the gas limit is the gas used x
    ``gas_adjustment`` (1.2), truncated, and the fee ``ceil(limit x
    gas_price)`` in ``fee_denom``, at least 1 (``gas_price`` 0.000025 umfx,
-   the network's minimum). A message error (e.g. billing code 3, lease not
-   active) surfaces here, before any fee is paid;
+   the network's minimum). One Simulate seeds the gas of every attempt of
+   the tx. A message error (e.g. billing code 3, lease not active) is the
+   tx's answer: it surfaces here, before any fee is paid. A Simulate that
+   fails otherwise (transport, an internal or unreadable error, no gas
+   answered; at most ``SIMULATE_TIMEOUT``) leaves the tx to the fallback
+   gas, ``gas_limit`` (1,500,000) x ``gas_adjustment``, and after
+   ``SIMULATE_BREAKER_THRESHOLD`` such failures in a row Simulate is not
+   asked for ``SIMULATE_BREAKER_COOLDOWN`` (``SimulationBreaker``);
 3. it is broadcast (sync). A sequence mismatch (sdk 32) re-reads the
    account (taking the ``expected N`` the node names when it is ahead, as
    when our own txs still wait in its mempool) and signs again; out of gas
@@ -72,6 +78,7 @@ from chain.billing_codec import (
 )
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
+    GRPC,
     INVALID_LEASE,
     SDK,
     SDK_OUT_OF_GAS,
@@ -83,7 +90,13 @@ from chain.keys import ProviderKey, load_provider_key
 from chain.listing import walk_pages
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
 from chain.node_settings import read_tls_ca
-from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, TRANSPORT_STATUS_NAMES, expected_sequence, status_error
+from chain.sdk_errors import (
+    MESSAGE_FAILURE,
+    SDK_UNKNOWN_ADDRESS,
+    TRANSPORT_STATUS_NAMES,
+    expected_sequence,
+    status_error,
+)
 from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
@@ -97,7 +110,14 @@ from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, N
 from messages.coins import Coin, add_coins
 from messages.ledger import LeaseSettled
 
-__all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES", "parse_block_time"]
+__all__ = [
+    "CosmpyChainClient",
+    "IncludedTx",
+    "SimulationBreaker",
+    "TRANSPORT_STATUSES",
+    "parse_block_time",
+    "simulation_failed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +132,15 @@ CURRENT_WITHDRAWABLE_LIMIT = _CURRENT[1]
 #: network's price (0.000025 umfx per gas) rounds to 0, which a node with a
 #: min gas price refuses (fred pays at least 1 as well).
 MIN_FEE = 1
+
+#: Deadline of one Simulate, apart from ``query_timeout``: a slow node must
+#: not spend the tx's time on an estimate the fallback gas can replace.
+SIMULATE_TIMEOUT = 5.0
+#: Simulate failures in a row after which it is not asked for a while, and
+#: for how long (seconds): while a node's Simulate is broken, every tx would
+#: otherwise first wait out a call bound to fail.
+SIMULATE_BREAKER_THRESHOLD = 5
+SIMULATE_BREAKER_COOLDOWN = 30.0
 
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
@@ -189,6 +218,51 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     return status_error(operation, status.name, details, may_have_committed=may_have_committed)
 
 
+class SimulationBreaker:
+    """Opens after ``threshold`` Simulate failures in a row: Simulate is then skipped for ``cooldown`` seconds.
+
+    Times are the client's ``breaker_clock`` (monotonic seconds). Once the
+    cooldown is over Simulate is asked again; one more failure opens it
+    again at once, a success closes it. Used under the client's tx lock.
+    """
+
+    def __init__(self, threshold: int = SIMULATE_BREAKER_THRESHOLD, cooldown: float = SIMULATE_BREAKER_COOLDOWN) -> None:
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self.failures = 0
+        self.open_until: float | None = None
+
+    def allows(self, now: float) -> bool:
+        return self.open_until is None or now >= self.open_until
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.open_until = None
+
+    def failed(self, now: float) -> bool:
+        """Count one failure; True when it opens the breaker."""
+        self.failures += 1
+        if self.failures < self.threshold:
+            return False
+        self.open_until = now + self.cooldown
+        return True
+
+
+def simulation_failed(exc: ChainError) -> bool:
+    """Simulate itself failed, rather than answering the tx's error.
+
+    A registered error (a billing code such as 3 or 2, an sdk code such as
+    a sequence mismatch) or any text from a failing message handler is the
+    node's answer about this tx: signing it anyway would pay a fee to hear
+    it again. A transport failure, a status the node set (INTERNAL, ...),
+    an UNKNOWN without a registered error, or no gas in the answer says
+    nothing about the tx: the fallback gas is used.
+    """
+    if MESSAGE_FAILURE in exc.message:
+        return False
+    return exc.codespace in ("transport", GRPC, "protocol")
+
+
 def _decimal(value: float | Decimal | str) -> Decimal:
     """A setting's number as the decimal it was written as (1.2, not 1.1999999999999999556)."""
     return value if isinstance(value, Decimal) else Decimal(str(value))
@@ -230,6 +304,7 @@ class CosmpyChainClient:
         gas_adjustment: float | Decimal = 1.2,
         out_of_gas_multiplier: float | Decimal = 1.5,
         simulate_gas: int = 200_000,
+        gas_limit: int = 1_500_000,
         tx_timeout: float = 30.0,
         tx_poll_interval: float = 0.2,
         query_timeout: float = 10.0,
@@ -237,6 +312,7 @@ class CosmpyChainClient:
         withdraw_limit: int = 50,
         page_size: int = 100,
         tls_ca_file: str = "",
+        breaker_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         parsed = parse_url(grpc_url) if "://" in grpc_url else None
         if parsed is None or parsed.protocol != Protocol.GRPC:
@@ -250,6 +326,13 @@ class CosmpyChainClient:
         self.gas_adjustment = gas_adjustment
         self.out_of_gas_multiplier = out_of_gas_multiplier
         self.simulate_gas = simulate_gas
+        #: Declared (x ``gas_adjustment``) when Simulate fails or its breaker is open.
+        self.gas_limit = gas_limit
+        self.simulate_timeout = SIMULATE_TIMEOUT
+        #: Monotonic seconds the Simulate breaker counts its cooldown in (tests move it by hand).
+        self.breaker_clock = breaker_clock
+        #: Skips Simulate while it keeps failing (``SimulationBreaker``).
+        self.simulate_breaker = SimulationBreaker()
         self.tx_timeout = tx_timeout
         self.tx_poll_interval = tx_poll_interval
         self.query_timeout = query_timeout
@@ -294,6 +377,7 @@ class CosmpyChainClient:
             gas_adjustment=node.gas_adjustment,
             out_of_gas_multiplier=node.out_of_gas_multiplier,
             simulate_gas=node.simulate_gas,
+            gas_limit=node.gas_limit,
             tx_timeout=node.tx_timeout.total_seconds(),
             tx_poll_interval=node.tx_poll_interval.total_seconds(),
             query_timeout=node.query_timeout.total_seconds(),
@@ -614,15 +698,15 @@ class CosmpyChainClient:
             return self._send(operation, list(msgs), signed)
 
     def _send(self, operation: str, msgs: list[Message], signed: Callable[[str], None] | None) -> IncludedTx:
-        margin = _decimal(self.gas_adjustment)
+        gas: int | None = None  # one Simulate (or the fallback) seeds every attempt
         retries = 0
         txhash = ""
         while True:
             account = self._account_info(operation)
             try:
-                gas_used = self._simulate(operation, msgs, account)
-                gas_limit = _times(gas_used, margin)
-                raw = self._sign(msgs, account, gas_limit)
+                if gas is None:
+                    gas = self._gas(operation, msgs, account)
+                raw = self._sign(msgs, account, gas)
                 txhash = hashlib.sha256(raw).hexdigest().upper()
                 if signed is not None:
                     signed(txhash)  # before the broadcast: from here on the tx may be applied
@@ -644,12 +728,41 @@ class CosmpyChainClient:
                 if retries >= self.max_tx_retries or not self._retry_here(exc):
                     raise
                 retries += 1
-                if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS:
-                    margin *= _decimal(self.out_of_gas_multiplier)
-                    log.info("%s: out of gas, signing again with gas margin %s", operation, margin)
+                if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS and gas is not None:
+                    gas = _times(gas, _decimal(self.out_of_gas_multiplier))
+                    log.info("%s: out of gas, signing again with gas %d", operation, gas)
                 else:
                     log.info("%s: %s; re-reading the account and signing again", operation, exc)
                     self._resync(operation, exc)
+
+    def _gas(self, operation: str, msgs: list[Message], account: _Account) -> int:
+        """The tx's gas limit: simulated x ``gas_adjustment``, or the fallback when Simulate cannot say.
+
+        Raises the tx's own error when Simulate answers one (``simulation_failed``).
+        """
+        now = self.breaker_clock()
+        if not self.simulate_breaker.allows(now):
+            return self._fallback_gas()
+        try:
+            used = self._simulate(operation, msgs, account)
+        except ChainError as exc:
+            if not simulation_failed(exc):
+                self.simulate_breaker.succeeded()  # Simulate works: it answered the tx's error
+                raise
+            gas = self._fallback_gas()
+            if self.simulate_breaker.failed(now):
+                log.warning(
+                    "%s: Simulate failed %d times in a row (%s); the fallback gas %d is used for %gs without asking it",
+                    operation, self.simulate_breaker.failures, exc, gas, self.simulate_breaker.cooldown,
+                )
+            else:
+                log.warning("%s: Simulate failed (%s); signing with the fallback gas %d", operation, exc, gas)
+            return gas
+        self.simulate_breaker.succeeded()
+        return _times(used, _decimal(self.gas_adjustment))
+
+    def _fallback_gas(self) -> int:
+        return _times(self.gas_limit, _decimal(self.gas_adjustment))
 
     def _included(self, operation: str, txhash: str, included: abci_pb2.TxResponse) -> IncludedTx:
         return IncludedTx(
@@ -736,7 +849,7 @@ class CosmpyChainClient:
     def _simulate(self, operation: str, msgs: list[Message], account: _Account) -> int:
         raw = self._simulation_tx(msgs, account)
         try:
-            r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.query_timeout)
+            r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.simulate_timeout)
         except grpc.RpcError as exc:
             raise rpc_error(operation, exc) from None
         if r.gas_info.gas_used <= 0:

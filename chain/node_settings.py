@@ -60,6 +60,12 @@ class NodeSettings:
     gas_adjustment: float = setting(
         1.2, "gas limit = simulated gas used x this, truncated (fred's gas_adjustment)", min=1.0, max=3.0
     )
+    gas_limit: int = setting(
+        1_500_000,
+        "fallback gas when Simulate fails (or is not asked after 5 failures in a row): the tx declares "
+        "gas_limit x gas_adjustment",
+        min=1,
+    )
     out_of_gas_multiplier: float = setting(
         1.5, "after an out-of-gas failure the margin is multiplied by this", min=1.1, max=10.0
     )

@@ -34,6 +34,7 @@ from chain.cosmpy_client import CosmpyChainClient
 from chain.keys import load_provider_key
 from chain.model import TxEvents
 from devnet.grpc_server import DevnetGrpcServer
+from devnet.node import TxRejected
 from messages.coins import Coin, coins
 from runtime.config import ConfigError, load_config
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
@@ -605,3 +606,121 @@ def test_simulate_is_asked_with_the_declared_gas_no_fee_and_an_empty_signature(w
         pubkey = Secp256k1PubKey()
         signer.public_key.Unpack(pubkey)
         assert pubkey.key == client.key.public_key.public_key_bytes
+
+
+#: [node] gas_limit x gas_adjustment: what a tx declares when Simulate cannot say.
+FALLBACK_GAS = int(1_500_000 * Decimal("1.2"))
+
+
+def _withdraw_gas_limits(world: World) -> list[int]:
+    return [_fee_of(world, r.txhash)[0] for r in _withdraw_txs(world)]
+
+
+def test_a_failing_simulate_leaves_the_tx_to_the_fallback_gas(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()
+    world.devnet.faults.fail_next("Simulate")  # UNAVAILABLE
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert page.withdrawal_count == 1
+    assert world.devnet.faults.calls["Simulate"] == 1  # not asked again for the same tx
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit == FALLBACK_GAS == 1_800_000
+    assert fee == [("umfx", "45")]  # ceil(1,800,000 x 0.000025)
+
+
+def test_an_unreadable_or_slow_simulate_is_a_simulation_failure_too(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    client = world.client()
+    simulate = world.node.simulate
+
+    def broken(raw: bytes):
+        raise TxRejected("", 0, "panic: runtime error: invalid memory address")  # UNKNOWN, no registered error
+
+    world.node.simulate = broken
+    world.clock.advance(20)
+    first = client.withdraw_by_provider(PROVIDER, b"")
+    world.node.simulate = simulate
+    world.devnet.faults.latency = 0.1  # every call; only Simulate's deadline is this short
+    client.simulate_timeout = 0.02
+    world.clock.advance(20)
+    second = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert _fee_of(world, first.tx_hash)[0] == _fee_of(world, second.tx_hash)[0] == FALLBACK_GAS
+    assert client.simulate_breaker.failures == 2
+
+
+def test_a_message_failing_in_simulate_is_the_txs_answer_not_a_simulation_failure(world: World) -> None:
+    t = world.tenant("t1")
+    a, b = world.lease(t), world.lease(t)
+    client = world.client()
+    client.close_leases([b], "first")
+    world.devnet.faults.fail_next("Simulate", 4)
+    for _ in range(4):  # four failures in a row: one short of opening the breaker
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+    broadcasts = world.devnet.faults.calls["BroadcastTx"]
+
+    with pytest.raises(ChainError) as info:
+        client.close_leases([a, b], "credit depleted")
+
+    assert (info.value.codespace, info.value.code) == (BILLING, LEASE_NOT_ACTIVE)
+    assert world.devnet.faults.calls["BroadcastTx"] == broadcasts  # raised before any fee was paid
+    # Simulate answered, so it works: the failures in a row start again from none.
+    assert client.simulate_breaker.failures == 0
+    world.devnet.faults.fail_next("Simulate", 4)
+    for _ in range(4):
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+    assert client.simulate_breaker.allows(client.breaker_clock())
+
+
+def test_the_simulate_breaker_opens_after_five_failures_for_thirty_seconds_of_the_clients_clock(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    now = [1_000.0]
+    client = world.client(breaker_clock=lambda: now[0])
+    faults = world.devnet.faults
+
+    def withdraw() -> None:
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    faults.fail_next("Simulate", 5)
+    for _ in range(5):
+        withdraw()
+    assert faults.calls["Simulate"] == 5
+    withdraw()  # open: not asked
+    now[0] += 29.9
+    withdraw()  # still open
+    assert faults.calls["Simulate"] == 5
+    assert _withdraw_gas_limits(world) == [FALLBACK_GAS] * 7
+
+    now[0] += 0.1  # 30 s after it opened
+    withdraw()
+    assert faults.calls["Simulate"] == 6  # asked again, and it answered
+    simulated = _withdraw_gas_limits(world)[-1]
+    assert simulated < FALLBACK_GAS
+
+    faults.fail_next("Simulate", 1)
+    withdraw()  # one failure after a success: the breaker stays closed
+    withdraw()
+    assert faults.calls["Simulate"] == 8
+    assert _withdraw_gas_limits(world)[-2:] == [FALLBACK_GAS, simulated]
+
+
+def test_simulation_failed_tells_the_nodes_answer_from_a_failure_of_simulate() -> None:
+    from chain.cosmpy_client import simulation_failed
+    from chain.sdk_errors import status_error
+
+    def answer(status: str, text: str) -> bool:
+        return simulation_failed(status_error("simulate", status, text))
+
+    assert not answer("UNKNOWN", "failed to execute message; message index: 0: lease x: lease not active")
+    assert not answer("UNKNOWN", "failed to execute message; message index: 0: some module's own error")
+    assert not answer("UNKNOWN", "account sequence mismatch, expected 4, got 3: incorrect account sequence")
+    assert answer("UNKNOWN", "panic: runtime error")
+    assert answer("INTERNAL", "store: cannot decode: invalid lease")
+    assert answer("UNAVAILABLE", "connection refused")
+    assert answer("DEADLINE_EXCEEDED", "")
