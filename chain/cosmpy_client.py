@@ -25,11 +25,15 @@ one signer must carry consecutive sequence numbers:
    answered; at most ``SIMULATE_TIMEOUT``) leaves the tx to the fallback
    gas, ``gas_limit`` (1,500,000) x ``gas_adjustment``, and after
    ``SIMULATE_BREAKER_THRESHOLD`` such failures in a row Simulate is not
-   asked for ``SIMULATE_BREAKER_COOLDOWN`` (``SimulationBreaker``);
+   asked for ``SIMULATE_BREAKER_COOLDOWN`` (``SimulationBreaker``). No tx
+   declares more than ``max_gas_limit`` (0: no cap): the fallback is
+   capped, and a simulated gas over it is refused, nothing sent;
 3. it is broadcast (sync). A sequence mismatch (sdk 32) re-reads the
    account (taking the ``expected N`` the node names when it is ahead, as
    when our own txs still wait in its mempool) and signs again; out of gas
-   (sdk 11, at CheckTx or at inclusion) signs again with a larger margin;
+   (sdk 11, at CheckTx or at inclusion) signs again with the gas x
+   ``out_of_gas_multiplier`` (1.5), up to ``max_gas_limit``, and is final
+   once at it;
    "already in mempool" (sdk 19) means the node already has these exact
    bytes, so it is awaited like an accepted broadcast. A broadcast whose
    answer is lost in transport is sent again byte for byte, which a node
@@ -78,6 +82,8 @@ from chain.billing_codec import (
 )
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
+    CLIENT,
+    GAS_OVER_CAP,
     GRPC,
     INVALID_LEASE,
     SDK,
@@ -305,6 +311,7 @@ class CosmpyChainClient:
         out_of_gas_multiplier: float | Decimal = 1.5,
         simulate_gas: int = 200_000,
         gas_limit: int = 1_500_000,
+        max_gas_limit: int = 0,
         tx_timeout: float = 30.0,
         tx_poll_interval: float = 0.2,
         query_timeout: float = 10.0,
@@ -328,6 +335,8 @@ class CosmpyChainClient:
         self.simulate_gas = simulate_gas
         #: Declared (x ``gas_adjustment``) when Simulate fails or its breaker is open.
         self.gas_limit = gas_limit
+        #: No tx declares more; 0: no cap.
+        self.max_gas_limit = max_gas_limit
         self.simulate_timeout = SIMULATE_TIMEOUT
         #: Monotonic seconds the Simulate breaker counts its cooldown in (tests move it by hand).
         self.breaker_clock = breaker_clock
@@ -378,6 +387,7 @@ class CosmpyChainClient:
             out_of_gas_multiplier=node.out_of_gas_multiplier,
             simulate_gas=node.simulate_gas,
             gas_limit=node.gas_limit,
+            max_gas_limit=node.max_gas_limit,
             tx_timeout=node.tx_timeout.total_seconds(),
             tx_poll_interval=node.tx_poll_interval.total_seconds(),
             query_timeout=node.query_timeout.total_seconds(),
@@ -729,7 +739,7 @@ class CosmpyChainClient:
                     raise
                 retries += 1
                 if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS and gas is not None:
-                    gas = _times(gas, _decimal(self.out_of_gas_multiplier))
+                    gas = self._more_gas(exc, gas)
                     log.info("%s: out of gas, signing again with gas %d", operation, gas)
                 else:
                     log.info("%s: %s; re-reading the account and signing again", operation, exc)
@@ -759,10 +769,31 @@ class CosmpyChainClient:
                 log.warning("%s: Simulate failed (%s); signing with the fallback gas %d", operation, exc, gas)
             return gas
         self.simulate_breaker.succeeded()
-        return _times(used, _decimal(self.gas_adjustment))
+        gas = _times(used, _decimal(self.gas_adjustment))
+        if self.max_gas_limit and gas > self.max_gas_limit:
+            raise ChainError(
+                f"{operation}: simulated gas {used} x gas_adjustment {self.gas_adjustment} = {gas} is over "
+                f"max_gas_limit {self.max_gas_limit}: not sent",
+                codespace=CLIENT, code=GAS_OVER_CAP, transient=False,
+            )
+        return gas
+
+    def _capped(self, gas: int) -> int:
+        return min(gas, self.max_gas_limit) if self.max_gas_limit else gas
 
     def _fallback_gas(self) -> int:
-        return _times(self.gas_limit, _decimal(self.gas_adjustment))
+        return self._capped(_times(self.gas_limit, _decimal(self.gas_adjustment)))
+
+    def _more_gas(self, exc: ChainError, gas: int) -> int:
+        """The gas to sign again with after ``exc``, out of gas at ``gas``; at ``max_gas_limit`` the error is final."""
+        more = self._capped(_times(gas, _decimal(self.out_of_gas_multiplier)))
+        if more <= gas:
+            raise ChainError(
+                f"{exc.message}; gas {gas} is max_gas_limit already: not sent again",
+                codespace=exc.codespace, code=exc.code, transient=False,
+                may_have_committed=exc.may_have_committed, tx_hash=exc.tx_hash,
+            ) from exc
+        return more
 
     def _included(self, operation: str, txhash: str, included: abci_pb2.TxResponse) -> IncludedTx:
         return IncludedTx(

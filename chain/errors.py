@@ -38,6 +38,8 @@ __all__ = [
     "RESERVATION_DENOM_LIMIT_EXCEEDED",
     "SEQUENCE_EXHAUSTED",
     "INTERNAL_CORRUPTION",
+    "CLIENT",
+    "GAS_OVER_CAP",
     "GRPC",
     "GRPC_STATUS_CODES",
     "GRPC_UNKNOWN",
@@ -52,6 +54,8 @@ __all__ = [
 
 BILLING = "billing"
 SDK = "sdk"
+#: Refused by this client before anything was sent (codes below).
+CLIENT = "client"
 #: A gRPC status the node set itself (a querier's NOT_FOUND, INVALID_ARGUMENT,
 #: INTERNAL, RESOURCE_EXHAUSTED, ...): the code is the status's number.
 GRPC = "grpc"
@@ -92,6 +96,11 @@ SDK_OUT_OF_GAS = 11
 SDK_INSUFFICIENT_FEE = 13
 SDK_TX_IN_MEMPOOL = 19
 SDK_SEQUENCE_MISMATCH = 32
+
+# This client's refusals (codespace "client").
+#: The simulated gas x gas_adjustment is over [node] max_gas_limit: such a tx
+#: would only be refused, or run out of gas at the cap, with its fee paid.
+GAS_OVER_CAP = 1
 
 #: gRPC status names and their numbers (grpc/status.h): codes of codespace ``grpc``.
 GRPC_STATUS_CODES = {

@@ -66,6 +66,11 @@ class NodeSettings:
         "gas_limit x gas_adjustment",
         min=1,
     )
+    max_gas_limit: int = setting(
+        0,
+        "most gas a tx may declare; 0: no cap. A simulated tx over it is not sent; out-of-gas retries stop at it",
+        min=0,
+    )
     out_of_gas_multiplier: float = setting(
         1.5, "after an out-of-gas failure the margin is multiplied by this", min=1.1, max=10.0
     )
@@ -96,6 +101,10 @@ class NodeSettings:
             value = getattr(self, name)
             if not math.isfinite(value):  # NaN passes the min/max comparisons
                 raise ValueError(f"{name}: must be a finite number, got {value!r}")
+        if self.max_gas_limit and self.max_gas_limit < self.gas_limit:
+            raise ValueError(
+                f"max_gas_limit: {self.max_gas_limit} is below gas_limit {self.gas_limit} (0 means no cap)"
+            )
         try:
             price = Decimal(self.gas_price)
         except InvalidOperation:

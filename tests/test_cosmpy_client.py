@@ -22,6 +22,8 @@ from google.protobuf.any_pb2 import Any as ProtoAny
 from chain.billing_pb import tx_pb2 as billing_tx
 from chain.errors import (
     BILLING,
+    CLIENT,
+    GAS_OVER_CAP,
     GRPC,
     GRPC_INVALID_ARGUMENT,
     GRPC_NOT_FOUND,
@@ -241,11 +243,16 @@ def test_out_of_gas_at_inclusion_is_retried_with_more_gas(world: World) -> None:
     client = world.client(withdraw_limit=3)
     # Execution costs more than simulated, once: the 1.2x adjustment is too small.
     world.node.add_gas_surcharge(60_000, times=1)
+    simulated = _record_simulations(world)
 
     page = client.withdraw_by_provider(PROVIDER, b"")
 
     codes = [r.code for r in world.node.included_txs()]
     assert codes == [11, 0]  # out of gas (sequence used, fee paid), then landed
+    # One Simulate seeded both: the second signs the first's gas x 1.5.
+    ((_, gas_used),) = simulated
+    first = int(gas_used * Decimal("1.2"))
+    assert [_fee_of(world, r.txhash)[0] for r in world.node.included_txs()] == [first, int(first * Decimal("1.5"))]
     assert page.tx_hash == world.node.included_txs()[-1].txhash
     accrued, paid = world.model.lease_totals(world.model.active_leases_by_provider(PROVIDER)[0].uuid)
     assert accrued == paid and paid["umfx"] > 0
@@ -724,3 +731,50 @@ def test_simulation_failed_tells_the_nodes_answer_from_a_failure_of_simulate() -
     assert answer("INTERNAL", "store: cannot decode: invalid lease")
     assert answer("UNAVAILABLE", "connection refused")
     assert answer("DEADLINE_EXCEEDED", "")
+
+
+def test_out_of_gas_climbs_by_half_up_to_max_gas_limit_and_is_final_there(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    simulated = _record_simulations(world)
+    client = world.client(withdraw_limit=3)
+    client.max_gas_limit = cap = 250_000
+    world.node.add_gas_surcharge(10**6, times=10)  # no gas limit is enough
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    ((_, gas_used),) = simulated
+    first = int(gas_used * Decimal("1.2"))
+    assert first < int(first * Decimal("1.5")) < cap < int(first * Decimal("2.25"))
+    assert [_fee_of(world, r.txhash)[0] for r in world.node.included_txs()] == [first, int(first * Decimal("1.5")), cap]
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (SDK, 11, False, False)
+    assert f"gas {cap} is max_gas_limit already" in err.message
+
+
+def test_a_simulated_gas_over_max_gas_limit_is_refused_before_anything_is_sent(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()  # a page of 50 leases: about 800,000 gas
+    client.gas_limit = client.max_gas_limit = 500_000
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient) == (CLIENT, GAS_OVER_CAP, False)
+    assert "over max_gas_limit 500000: not sent" in err.message
+    assert world.devnet.faults.calls.get("BroadcastTx", 0) == 0
+    assert client.simulate_breaker.failures == 0  # Simulate answered: it works
+    # The fallback is capped too: with Simulate failing the tx declares max_gas_limit, not 1.2 x gas_limit.
+    world.devnet.faults.fail_next("Simulate")
+    client.withdraw_limit = 3  # a page small enough for the cap
+    page = client.withdraw_by_provider(PROVIDER, b"")
+    assert _fee_of(world, page.tx_hash)[0] == 500_000 and page.withdrawal_count == 1
+
+
+def test_max_gas_limit_below_gas_limit_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"\[node\] max_gas_limit: 1000000 is below gas_limit 1500000 \(0 means no cap\)"):
+        load_config(overrides={"node": {"max_gas_limit": 1_000_000}})
+    assert load_config(overrides={"node": {"max_gas_limit": 1_500_000}}).node.max_gas_limit == 1_500_000
