@@ -35,9 +35,10 @@ one signer must carry consecutive sequence numbers:
    ``out_of_gas_multiplier`` (1.5), up to ``max_gas_limit``, and is final
    once at it;
    "already in mempool" (sdk 19) means the node already has these exact
-   bytes, so it is awaited like an accepted broadcast. A broadcast whose
-   answer is lost in transport is sent again byte for byte, which a node
-   can apply at most once;
+   bytes: the tx it names is awaited, never sent again, and if it is not
+   included in time that is a final error (``may_have_committed``, with its
+   hash to look it up). A broadcast whose answer is lost in transport is
+   sent again byte for byte, which a node can apply at most once;
 4. inclusion is awaited by polling ``GetTx`` for the tx hash until
    ``tx_timeout``; the ``Msg*Response`` is read from the included tx's
    ``TxMsgData``. No inclusion in time is a transient ``ChainError`` with
@@ -721,11 +722,16 @@ class CosmpyChainClient:
                 if signed is not None:
                     signed(txhash)  # before the broadcast: from here on the tx may be applied
                 response = self._broadcast(operation, raw, txhash)
-                if response.code not in (0, SDK_TX_IN_MEMPOOL) or (response.code and response.codespace != SDK):
+                held = response.codespace == SDK and response.code == SDK_TX_IN_MEMPOOL
+                if response.code != 0 and not held:
                     raise self._tx_error(operation, response)
                 # The node holds the tx (accepted now, or earlier with the same bytes).
                 account.sequence += 1
-                included = self._await_inclusion(operation, txhash)
+                if held:
+                    txhash = (response.txhash or txhash).upper()
+                    included = self._await_held(operation, txhash)
+                else:
+                    included = self._await_inclusion(operation, txhash)
                 if included.code != 0:
                     if included.codespace == SDK and included.code == SDK_SEQUENCE_MISMATCH:
                         # Failed in the ante handler at inclusion: the sequence was not used.
@@ -936,6 +942,25 @@ class CosmpyChainClient:
                     may_have_committed=True,
                 )
             time.sleep(min(self.tx_poll_interval, remaining))
+
+    def _await_held(self, operation: str, txhash: str) -> abci_pb2.TxResponse:
+        """Inclusion of a tx the node said it already holds (sdk 19); not included in time is final.
+
+        Its bytes are in the node's mempool cache: sending them again is
+        answered 19 again, and signing anew would spend the next sequence on
+        a second tx. So the caller hears that it may have committed, with
+        the hash to look it up, and that retrying is no use.
+        """
+        try:
+            return self._await_inclusion(operation, txhash)
+        except ChainError as exc:
+            if exc.codespace != "transport":  # the lookup failed for good: that error says more
+                raise
+            raise ChainError(
+                f"{operation}: tx {txhash} was already in the node's mempool (sdk 19) but was not included "
+                f"within {self.tx_timeout:g}s; it is not sent again",
+                codespace=SDK, code=SDK_TX_IN_MEMPOOL, transient=False, may_have_committed=True, tx_hash=txhash,
+            ) from None
 
     @staticmethod
     def _tx_error(operation: str, r: abci_pb2.TxResponse, included_at: int = 0, final: bool = False) -> ChainError:

@@ -176,9 +176,10 @@ def error_name(codespace: str, code: int) -> str:
 
 
 #: (codespace, code) pairs worth another try: the same request can succeed.
+#: Not "tx already in mempool" (sdk 19): the node holds those very bytes, so
+#: the client waits for that tx; sending it again would only be told 19 again.
 _TRANSIENT = {
     (SDK, SDK_SEQUENCE_MISMATCH),
-    (SDK, SDK_TX_IN_MEMPOOL),
     (SDK, SDK_OUT_OF_GAS),
     # A querier's work bound (CreditEstimate over its lease ceiling, a long
     # offset scan) or a node shedding load: the same query can pass later.

@@ -778,3 +778,52 @@ def test_max_gas_limit_below_gas_limit_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match=r"\[node\] max_gas_limit: 1000000 is below gas_limit 1500000 \(0 means no cap\)"):
         load_config(overrides={"node": {"max_gas_limit": 1_000_000}})
     assert load_config(overrides={"node": {"max_gas_limit": 1_500_000}}).node.max_gas_limit == 1_500_000
+
+
+def _record_check_txs(world: World) -> list[int]:
+    """The CheckTx code of every broadcast from now on."""
+    codes: list[int] = []
+    check_tx = world.node.check_tx
+
+    def recording(raw: bytes):
+        result = check_tx(raw)
+        codes.append(result.code)
+        return result
+
+    world.node.check_tx = recording
+    return codes
+
+
+def test_already_in_mempool_waits_for_the_tx_the_node_holds(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()
+    checked = _record_check_txs(world)
+    world.devnet.faults.lose_response("BroadcastTx")  # accepted, but the answer is lost: sent again
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert checked == [0, 19]  # the second send was told the node holds it, and nothing was sent after
+    assert [r.txhash for r in _withdraw_txs(world)] == [page.tx_hash]
+    assert page.withdrawal_count == 1
+
+
+def test_a_held_tx_not_included_in_time_is_a_final_error_with_its_hash(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=0.2)
+    checked = _record_check_txs(world)
+    world.blocks.pause()
+    world.devnet.faults.lose_response("BroadcastTx")
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (SDK, 19, False, True)
+    assert len(err.tx_hash) == 64 and err.tx_hash in err.message and "not sent again" in err.message
+    assert checked == [0, 19] and world.node.mempool_size() == 1
+    world.blocks.resume()
+    wait_until(lambda: len(_withdraw_txs(world)) == 1, what="the held tx to be included")
+    page = client.withdraw_outcome(err.tx_hash, PROVIDER)
+    assert page is not None and page.withdrawal_count == 1 and page.tx_hash == err.tx_hash
