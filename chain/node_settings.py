@@ -72,7 +72,8 @@ class NodeSettings:
         min=0,
     )
     out_of_gas_multiplier: float = setting(
-        1.5, "after an out-of-gas failure the margin is multiplied by this", min=1.1, max=10.0
+        1.5, "after an out-of-gas failure the gas is multiplied by this (up to max_gas_limit) and signed again",
+        min=1.1, max=10.0,
     )
     simulate_gas: int = setting(
         200_000,
