@@ -10,19 +10,35 @@ Writes are txs signed with the provider key in ``SIGN_MODE_DIRECT`` (cosmpy's
 ``Transaction``/``SigningCfg``), one at a time under one lock, because txs of
 one signer must carry consecutive sequence numbers:
 
-1. the account number and sequence are read once and cached; each accepted
+1. the account number and sequence are read once and cached (from a
+   ``BaseAccount`` or any vesting account wrapping one); each accepted
    broadcast advances the cached sequence;
-2. the tx is simulated for gas (limit = gas used x ``gas_multiplier``, fee =
-   ``ceil(limit x gas_price)`` in ``fee_denom``); a message error (e.g.
-   billing code 3, lease not active) surfaces here, before any fee is paid;
+2. the tx is simulated for gas as the production client (fred) does it: a
+   tx declaring ``simulate_gas`` (200,000) with no fee and an empty
+   signature beside the real public key; the gas limit is the gas used x
+   ``gas_adjustment`` (1.2), truncated, and the fee ``ceil(limit x
+   gas_price)`` in ``fee_denom``, at least 1 (``gas_price`` 0.000025 umfx,
+   the network's minimum). One Simulate seeds the gas of every attempt of
+   the tx. A message error (e.g. billing code 3, lease not active) is the
+   tx's answer: it surfaces here, before any fee is paid. A Simulate that
+   fails otherwise (transport, an internal or unreadable error, no gas
+   answered; at most ``SIMULATE_TIMEOUT``) leaves the tx to the fallback
+   gas, ``gas_limit`` (1,500,000) x ``gas_adjustment``, and after
+   ``SIMULATE_BREAKER_THRESHOLD`` such failures in a row Simulate is not
+   asked for ``SIMULATE_BREAKER_COOLDOWN`` (``SimulationBreaker``). No tx
+   declares more than ``max_gas_limit`` (0: no cap): the fallback is
+   capped, and a simulated gas over it is refused, nothing sent;
 3. it is broadcast (sync). A sequence mismatch (sdk 32) re-reads the
    account (taking the ``expected N`` the node names when it is ahead, as
    when our own txs still wait in its mempool) and signs again; out of gas
-   (sdk 11, at CheckTx or at inclusion) signs again with a larger margin;
+   (sdk 11, at CheckTx or at inclusion) signs again with the gas x
+   ``out_of_gas_multiplier`` (1.5), up to ``max_gas_limit``, and is final
+   once at it;
    "already in mempool" (sdk 19) means the node already has these exact
-   bytes, so it is awaited like an accepted broadcast. A broadcast whose
-   answer is lost in transport is sent again byte for byte, which a node
-   can apply at most once;
+   bytes: the tx it names is awaited, never sent again, and if it is not
+   included in time that is a final error (``may_have_committed``, with its
+   hash to look it up). A broadcast whose answer is lost in transport is
+   sent again byte for byte, which a node can apply at most once;
 4. inclusion is awaited by polling ``GetTx`` for the tx hash until
    ``tx_timeout``; the ``Msg*Response`` is read from the included tx's
    ``TxMsgData``. No inclusion in time is a transient ``ChainError`` with
@@ -67,6 +83,9 @@ from chain.billing_codec import (
 )
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
+    CLIENT,
+    GAS_OVER_CAP,
+    GRPC,
     INVALID_LEASE,
     SDK,
     SDK_OUT_OF_GAS,
@@ -77,7 +96,14 @@ from chain.errors import (
 from chain.keys import ProviderKey, load_provider_key
 from chain.listing import walk_pages
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
-from chain.sdk_errors import SDK_UNKNOWN_ADDRESS, TRANSPORT_STATUS_NAMES, expected_sequence, status_error
+from chain.node_settings import read_tls_ca
+from chain.sdk_errors import (
+    MESSAGE_FAILURE,
+    SDK_UNKNOWN_ADDRESS,
+    TRANSPORT_STATUS_NAMES,
+    expected_sequence,
+    status_error,
+)
 from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
@@ -86,11 +112,19 @@ from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from cosmpy.protos.cosmos.vesting.v1beta1 import vesting_pb2
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin, add_coins
 from messages.ledger import LeaseSettled
 
-__all__ = ["CosmpyChainClient", "IncludedTx", "TRANSPORT_STATUSES", "parse_block_time"]
+__all__ = [
+    "CosmpyChainClient",
+    "IncludedTx",
+    "SimulationBreaker",
+    "TRANSPORT_STATUSES",
+    "parse_block_time",
+    "simulation_failed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +134,20 @@ TRANSPORT_STATUSES = frozenset(getattr(grpc.StatusCode, name) for name in TRANSP
 #: ``ProviderWithdrawable`` page sizes asked for: the largest each version answers.
 V21_WITHDRAWABLE_LIMIT = _V21[1]
 CURRENT_WITHDRAWABLE_LIMIT = _CURRENT[1]
+
+#: The smallest fee a tx pays, in ``fee_denom``: a tiny gas limit at the
+#: network's price (0.000025 umfx per gas) rounds to 0, which a node with a
+#: min gas price refuses (fred pays at least 1 as well).
+MIN_FEE = 1
+
+#: Deadline of one Simulate, apart from ``query_timeout``: a slow node must
+#: not spend the tx's time on an estimate the fallback gas can replace.
+SIMULATE_TIMEOUT = 5.0
+#: Simulate failures in a row after which it is not asked for a while, and
+#: for how long (seconds): while a node's Simulate is broken, every tx would
+#: otherwise first wait out a call bound to fail.
+SIMULATE_BREAKER_THRESHOLD = 5
+SIMULATE_BREAKER_COOLDOWN = 30.0
 
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
@@ -136,6 +184,38 @@ class _Account:
     sequence: int
 
 
+#: Account types a signer may have, by type URL, and how to reach the
+#: ``BaseAccount`` (number, sequence) inside: a provider key's account may
+#: well be a vesting one (tokens granted with a schedule), and reading only
+#: BaseAccount would leave such a provider unable to sign anything.
+_ACCOUNT_TYPES: dict[str, tuple[type[Message], Callable[[Any], auth_pb2.BaseAccount]]] = {
+    f"/{auth_pb2.BaseAccount.DESCRIPTOR.full_name}": (auth_pb2.BaseAccount, lambda a: a),
+    **{
+        f"/{kind.DESCRIPTOR.full_name}": (kind, lambda a: a.base_vesting_account.base_account)
+        for kind in (
+            vesting_pb2.ContinuousVestingAccount,
+            vesting_pb2.DelayedVestingAccount,
+            vesting_pb2.PeriodicVestingAccount,
+            vesting_pb2.PermanentLockedAccount,
+        )
+    },
+}
+
+
+def base_account(packed: ProtoAny) -> auth_pb2.BaseAccount | None:
+    """The ``BaseAccount`` of what ``auth/Account`` answered; None for a type a signer cannot have, or bytes that do not decode."""
+    found = _ACCOUNT_TYPES.get(packed.type_url)
+    if found is None:
+        return None
+    kind, base_of = found
+    account = kind()
+    try:
+        account.ParseFromString(packed.value)
+    except DecodeError:
+        return None
+    return base_of(account)
+
+
 def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = False) -> ChainError:
     """A failed gRPC call as a ``ChainError``: transport or the node's (codespace, code)."""
     status = exc.code() if hasattr(exc, "code") else None
@@ -143,6 +223,61 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     if status is None:
         return ChainError.transport(f"{operation}: transport error: {details}".rstrip(": "), may_have_committed=may_have_committed)
     return status_error(operation, status.name, details, may_have_committed=may_have_committed)
+
+
+class SimulationBreaker:
+    """Opens after ``threshold`` Simulate failures in a row: Simulate is then skipped for ``cooldown`` seconds.
+
+    Times are the client's ``breaker_clock`` (monotonic seconds). Once the
+    cooldown is over Simulate is asked again; one more failure opens it
+    again at once, a success closes it. Used under the client's tx lock.
+    """
+
+    def __init__(self, threshold: int = SIMULATE_BREAKER_THRESHOLD, cooldown: float = SIMULATE_BREAKER_COOLDOWN) -> None:
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self.failures = 0
+        self.open_until: float | None = None
+
+    def allows(self, now: float) -> bool:
+        return self.open_until is None or now >= self.open_until
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.open_until = None
+
+    def failed(self, now: float) -> bool:
+        """Count one failure; True when it opens the breaker."""
+        self.failures += 1
+        if self.failures < self.threshold:
+            return False
+        self.open_until = now + self.cooldown
+        return True
+
+
+def simulation_failed(exc: ChainError) -> bool:
+    """Simulate itself failed, rather than answering the tx's error.
+
+    A registered error (a billing code such as 3 or 2, an sdk code such as
+    a sequence mismatch) or any text from a failing message handler is the
+    node's answer about this tx: signing it anyway would pay a fee to hear
+    it again. A transport failure, a status the node set (INTERNAL, ...),
+    an UNKNOWN without a registered error, or no gas in the answer says
+    nothing about the tx: the fallback gas is used.
+    """
+    if MESSAGE_FAILURE in exc.message:
+        return False
+    return exc.codespace in ("transport", GRPC, "protocol")
+
+
+def _decimal(value: float | Decimal | str) -> Decimal:
+    """A setting's number as the decimal it was written as (1.2, not 1.1999999999999999556)."""
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def _times(gas: int, factor: Decimal) -> int:
+    """``gas x factor``, truncated (decimal arithmetic, as the SDK's LegacyDec: no float rounding in a fee)."""
+    return int(Decimal(gas) * factor)
 
 
 def parse_block_time(text: str) -> datetime | None:
@@ -172,15 +307,20 @@ class CosmpyChainClient:
         chain_id: str,
         *,
         fee_denom: str = "umfx",
-        gas_price: Decimal | str = "0.025",
-        gas_multiplier: float = 1.5,
-        out_of_gas_multiplier: float = 1.5,
+        gas_price: Decimal | str = "0.000025",
+        gas_adjustment: float | Decimal = 1.2,
+        out_of_gas_multiplier: float | Decimal = 1.5,
+        simulate_gas: int = 200_000,
+        gas_limit: int = 1_500_000,
+        max_gas_limit: int = 0,
         tx_timeout: float = 30.0,
         tx_poll_interval: float = 0.2,
         query_timeout: float = 10.0,
         max_tx_retries: int = 5,
         withdraw_limit: int = 50,
         page_size: int = 100,
+        tls_ca_file: str = "",
+        breaker_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         parsed = parse_url(grpc_url) if "://" in grpc_url else None
         if parsed is None or parsed.protocol != Protocol.GRPC:
@@ -190,8 +330,19 @@ class CosmpyChainClient:
         self.chain_id = chain_id
         self.fee_denom = fee_denom
         self.gas_price = Decimal(gas_price)
-        self.gas_multiplier = gas_multiplier
+        #: Gas used x this = the gas limit (kept as given; read as a decimal, ``_times``).
+        self.gas_adjustment = gas_adjustment
         self.out_of_gas_multiplier = out_of_gas_multiplier
+        self.simulate_gas = simulate_gas
+        #: Declared (x ``gas_adjustment``) when Simulate fails or its breaker is open.
+        self.gas_limit = gas_limit
+        #: No tx declares more; 0: no cap.
+        self.max_gas_limit = max_gas_limit
+        self.simulate_timeout = SIMULATE_TIMEOUT
+        #: Monotonic seconds the Simulate breaker counts its cooldown in (tests move it by hand).
+        self.breaker_clock = breaker_clock
+        #: Skips Simulate while it keeps failing (``SimulationBreaker``).
+        self.simulate_breaker = SimulationBreaker()
         self.tx_timeout = tx_timeout
         self.tx_poll_interval = tx_poll_interval
         self.query_timeout = query_timeout
@@ -200,7 +351,12 @@ class CosmpyChainClient:
         self.page_size = page_size
         options = [("grpc.keepalive_time_ms", 30_000), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         if parsed.secure:
-            self._channel = grpc.secure_channel(parsed.host_and_port, grpc.ssl_channel_credentials(), options)
+            # The CA file is read now: a wrong one is an error at start, not an unreachable node later.
+            roots = read_tls_ca(tls_ca_file) if tls_ca_file else None  # None: the system's CAs
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(parsed.host_and_port, credentials, options)
+        elif tls_ca_file:
+            raise ValueError(f"tls_ca_file {tls_ca_file!r}: set, but grpc_url {grpc_url!r} does not use TLS (grpc+https://)")
         else:
             self._channel = grpc.insecure_channel(parsed.host_and_port, options)
         self._auth = auth_grpc.QueryStub(self._channel)
@@ -215,7 +371,11 @@ class CosmpyChainClient:
     def from_settings(
         cls, node: Any, chain_id: str, *, key: ProviderKey | None = None, grpc_url: str | None = None
     ) -> "CosmpyChainClient":
-        """Build from ``[node]`` settings (``chain.node_settings.NodeSettings``); loads the key if not given."""
+        """Build from ``[node]`` settings (``chain.node_settings.NodeSettings``); loads the key if not given.
+
+        A ``grpc_url`` given here (the embedded devnet's) replaces ``[node]``'s
+        endpoint, and its TLS CA with it: that CA is for the node configured.
+        """
         if key is None:
             key = load_provider_key(node.key_file, node.key_env)
         return cls(
@@ -224,14 +384,18 @@ class CosmpyChainClient:
             chain_id,
             fee_denom=node.fee_denom,
             gas_price=node.gas_price,
-            gas_multiplier=node.gas_multiplier,
+            gas_adjustment=node.gas_adjustment,
             out_of_gas_multiplier=node.out_of_gas_multiplier,
+            simulate_gas=node.simulate_gas,
+            gas_limit=node.gas_limit,
+            max_gas_limit=node.max_gas_limit,
             tx_timeout=node.tx_timeout.total_seconds(),
             tx_poll_interval=node.tx_poll_interval.total_seconds(),
             query_timeout=node.query_timeout.total_seconds(),
             max_tx_retries=node.max_tx_retries,
             withdraw_limit=node.withdraw_limit,
             page_size=node.page_size,
+            tls_ca_file=node.tls_ca_file if grpc_url is None else "",
         )
 
     @property
@@ -545,24 +709,29 @@ class CosmpyChainClient:
             return self._send(operation, list(msgs), signed)
 
     def _send(self, operation: str, msgs: list[Message], signed: Callable[[str], None] | None) -> IncludedTx:
-        margin = self.gas_multiplier
+        gas: int | None = None  # one Simulate (or the fallback) seeds every attempt
         retries = 0
         txhash = ""
         while True:
             account = self._account_info(operation)
             try:
-                gas_used = self._simulate(operation, msgs, account)
-                gas_limit = math.ceil(gas_used * margin)
-                raw = self._sign(msgs, account, gas_limit)
+                if gas is None:
+                    gas = self._gas(operation, msgs, account)
+                raw = self._sign(msgs, account, gas)
                 txhash = hashlib.sha256(raw).hexdigest().upper()
                 if signed is not None:
                     signed(txhash)  # before the broadcast: from here on the tx may be applied
                 response = self._broadcast(operation, raw, txhash)
-                if response.code not in (0, SDK_TX_IN_MEMPOOL) or (response.code and response.codespace != SDK):
+                held = response.codespace == SDK and response.code == SDK_TX_IN_MEMPOOL
+                if response.code != 0 and not held:
                     raise self._tx_error(operation, response)
                 # The node holds the tx (accepted now, or earlier with the same bytes).
                 account.sequence += 1
-                included = self._await_inclusion(operation, txhash)
+                if held:
+                    txhash = (response.txhash or txhash).upper()
+                    included = self._await_held(operation, txhash)
+                else:
+                    included = self._await_inclusion(operation, txhash)
                 if included.code != 0:
                     if included.codespace == SDK and included.code == SDK_SEQUENCE_MISMATCH:
                         # Failed in the ante handler at inclusion: the sequence was not used.
@@ -575,12 +744,62 @@ class CosmpyChainClient:
                 if retries >= self.max_tx_retries or not self._retry_here(exc):
                     raise
                 retries += 1
-                if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS:
-                    margin *= self.out_of_gas_multiplier
-                    log.info("%s: out of gas, signing again with gas margin %.2f", operation, margin)
+                if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS and gas is not None:
+                    gas = self._more_gas(exc, gas)
+                    log.info("%s: out of gas, signing again with gas %d", operation, gas)
                 else:
                     log.info("%s: %s; re-reading the account and signing again", operation, exc)
                     self._resync(operation, exc)
+
+    def _gas(self, operation: str, msgs: list[Message], account: _Account) -> int:
+        """The tx's gas limit: simulated x ``gas_adjustment``, or the fallback when Simulate cannot say.
+
+        Raises the tx's own error when Simulate answers one (``simulation_failed``).
+        """
+        now = self.breaker_clock()
+        if not self.simulate_breaker.allows(now):
+            return self._fallback_gas()
+        try:
+            used = self._simulate(operation, msgs, account)
+        except ChainError as exc:
+            if not simulation_failed(exc):
+                self.simulate_breaker.succeeded()  # Simulate works: it answered the tx's error
+                raise
+            gas = self._fallback_gas()
+            if self.simulate_breaker.failed(now):
+                log.warning(
+                    "%s: Simulate failed %d times in a row (%s); the fallback gas %d is used for %gs without asking it",
+                    operation, self.simulate_breaker.failures, exc, gas, self.simulate_breaker.cooldown,
+                )
+            else:
+                log.warning("%s: Simulate failed (%s); signing with the fallback gas %d", operation, exc, gas)
+            return gas
+        self.simulate_breaker.succeeded()
+        gas = _times(used, _decimal(self.gas_adjustment))
+        if self.max_gas_limit and gas > self.max_gas_limit:
+            raise ChainError(
+                f"{operation}: simulated gas {used} x gas_adjustment {self.gas_adjustment} = {gas} is over "
+                f"max_gas_limit {self.max_gas_limit}: not sent",
+                codespace=CLIENT, code=GAS_OVER_CAP, transient=False,
+            )
+        return gas
+
+    def _capped(self, gas: int) -> int:
+        return min(gas, self.max_gas_limit) if self.max_gas_limit else gas
+
+    def _fallback_gas(self) -> int:
+        return self._capped(_times(self.gas_limit, _decimal(self.gas_adjustment)))
+
+    def _more_gas(self, exc: ChainError, gas: int) -> int:
+        """The gas to sign again with after ``exc``, out of gas at ``gas``; at ``max_gas_limit`` the error is final."""
+        more = self._capped(_times(gas, _decimal(self.out_of_gas_multiplier)))
+        if more <= gas:
+            raise ChainError(
+                f"{exc.message}; gas {gas} is max_gas_limit already: not sent again",
+                codespace=exc.codespace, code=exc.code, transient=False,
+                may_have_committed=exc.may_have_committed, tx_hash=exc.tx_hash,
+            ) from exc
+        return more
 
     def _included(self, operation: str, txhash: str, included: abci_pb2.TxResponse) -> IncludedTx:
         return IncludedTx(
@@ -619,33 +838,55 @@ class CosmpyChainClient:
                     codespace=SDK, code=SDK_UNKNOWN_ADDRESS, transient=False,
                 ) from None
             raise rpc_error(operation, exc) from None
-        base = auth_pb2.BaseAccount()
-        if not r.account.Unpack(base):
+        base = base_account(r.account)
+        if base is None:
+            known = ", ".join(sorted(t.rsplit(".", 1)[-1] for t in _ACCOUNT_TYPES))
             raise ChainError(
-                f"{operation}: account {self.address} is a {r.account.type_url}, not a BaseAccount",
+                f"{operation}: account {self.address} is a {r.account.type_url or '(empty Any)'}; "
+                f"the signer's account must be one of {known}",
                 codespace="protocol", transient=False,
             )
         self._account = _Account(number=base.account_number, sequence=base.sequence)
         return self._account
 
-    def _sign(self, msgs: list[Message], account: _Account, gas_limit: int) -> bytes:
-        fee_amount = math.ceil(Decimal(gas_limit) * self.gas_price)
+    def _fee(self, gas_limit: int) -> int:
+        """The fee of a tx of ``gas_limit``, in ``fee_denom``: ``ceil(gas_limit x gas_price)``, at least ``MIN_FEE``."""
+        return max(MIN_FEE, math.ceil(Decimal(gas_limit) * Decimal(self.gas_price)))
+
+    def _unsigned(self, msgs: list[Message], account: _Account, gas_limit: int, fee: int | None) -> Transaction:
+        """The tx sealed for ``account`` at its sequence; ``fee`` None: no fee amount at all (a Simulate tx)."""
         tx = Transaction()
         for m in msgs:
             tx.add_message(m)
         tx.seal(
             SigningCfg.direct(self.key.public_key, account.sequence),
-            fee=TxFee(amount=f"{fee_amount}{self.fee_denom}" if fee_amount else None, gas_limit=gas_limit),
+            fee=TxFee(amount=None if fee is None else f"{fee}{self.fee_denom}", gas_limit=gas_limit),
             memo="",
         )
+        return tx
+
+    def _sign(self, msgs: list[Message], account: _Account, gas_limit: int) -> bytes:
+        tx = self._unsigned(msgs, account, gas_limit, self._fee(gas_limit))
         tx.sign(self.key.signer, self.chain_id, account.number, deterministic=True)
         tx.complete()
         return tx.tx.SerializeToString()
 
+    def _simulation_tx(self, msgs: list[Message], account: _Account) -> bytes:
+        """What Simulate is asked about: ``simulate_gas`` declared, no fee, an empty signature.
+
+        Simulate checks the sequence but not the signature, and deducts no
+        fee only when there is none. The declared gas is a small fixed one:
+        a node refuses to simulate a tx declaring more than the block's max
+        gas, and the gas used it measures does not depend on it.
+        """
+        tx = self._unsigned(msgs, account, self.simulate_gas, None).complete().tx
+        tx.signatures.append(b"")
+        return tx.SerializeToString()
+
     def _simulate(self, operation: str, msgs: list[Message], account: _Account) -> int:
-        raw = self._sign(msgs, account, 0)
+        raw = self._simulation_tx(msgs, account)
         try:
-            r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.query_timeout)
+            r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.simulate_timeout)
         except grpc.RpcError as exc:
             raise rpc_error(operation, exc) from None
         if r.gas_info.gas_used <= 0:
@@ -701,6 +942,25 @@ class CosmpyChainClient:
                     may_have_committed=True,
                 )
             time.sleep(min(self.tx_poll_interval, remaining))
+
+    def _await_held(self, operation: str, txhash: str) -> abci_pb2.TxResponse:
+        """Inclusion of a tx the node said it already holds (sdk 19); not included in time is final.
+
+        Its bytes are in the node's mempool cache: sending them again is
+        answered 19 again, and signing anew would spend the next sequence on
+        a second tx. So the caller hears that it may have committed, with
+        the hash to look it up, and that retrying is no use.
+        """
+        try:
+            return self._await_inclusion(operation, txhash)
+        except ChainError as exc:
+            if exc.codespace != "transport":  # the lookup failed for good: that error says more
+                raise
+            raise ChainError(
+                f"{operation}: tx {txhash} was already in the node's mempool (sdk 19) but was not included "
+                f"within {self.tx_timeout:g}s; it is not sent again",
+                codespace=SDK, code=SDK_TX_IN_MEMPOOL, transient=False, may_have_committed=True, tx_hash=txhash,
+            ) from None
 
     @staticmethod
     def _tx_error(operation: str, r: abci_pb2.TxResponse, included_at: int = 0, final: bool = False) -> ChainError:

@@ -27,11 +27,38 @@ __all__ = [
     "SDK_INSUFFICIENT_FEE",
     "SDK_TX_IN_MEMPOOL",
     "SDK_SEQUENCE_MISMATCH",
+    "INVALID_LEASE",
+    "PROVIDER_NOT_FOUND",
+    "INVALID_CREDIT_OPERATION",
+    "ARITHMETIC_OVERFLOW",
+    "ACK_DEADLINE_EXCEEDED",
+    "ACK_ACTIVE_CAP_EXCEEDED",
+    "RESERVATION_INVARIANT",
+    "LEASE_QUERY_LIMIT_EXCEEDED",
+    "RESERVATION_DENOM_LIMIT_EXCEEDED",
+    "SEQUENCE_EXHAUSTED",
+    "INTERNAL_CORRUPTION",
+    "CLIENT",
+    "GAS_OVER_CAP",
+    "GRPC",
+    "GRPC_STATUS_CODES",
+    "GRPC_UNKNOWN",
+    "GRPC_INVALID_ARGUMENT",
+    "GRPC_NOT_FOUND",
+    "GRPC_RESOURCE_EXHAUSTED",
+    "GRPC_INTERNAL",
+    "ERROR_NAMES",
+    "error_name",
     "is_lease_gone",
 ]
 
 BILLING = "billing"
 SDK = "sdk"
+#: Refused by this client before anything was sent (codes below).
+CLIENT = "client"
+#: A gRPC status the node set itself (a querier's NOT_FOUND, INVALID_ARGUMENT,
+#: INTERNAL, RESOURCE_EXHAUSTED, ...): the code is the status's number.
+GRPC = "grpc"
 
 # liftedinit.billing.v1 module errors (codespace "billing"; CHAIN-VERSIONS.md 4).
 LEASE_NOT_FOUND = 2
@@ -48,15 +75,20 @@ NO_WITHDRAWABLE = 15
 EMPTY_LEASE_ITEMS = 16
 INVALID_QUANTITY = 17
 INVALID_CREDIT_OPERATION = 19
+ARITHMETIC_OVERFLOW = 20  # current chain; "reserved" on v2.1.0
 LEASE_NOT_PENDING = 22
 MAX_PENDING_LEASES_REACHED = 23
 INVALID_REJECTION_REASON = 24
 INVALID_REQUEST = 25
 INVALID_CLOSURE_REASON = 26
+# 34-40 exist on the current chain only (v2.1.0 has 1-33).
 ACK_DEADLINE_EXCEEDED = 34
 ACK_ACTIVE_CAP_EXCEEDED = 35
 RESERVATION_INVARIANT = 36
 LEASE_QUERY_LIMIT_EXCEEDED = 37
+RESERVATION_DENOM_LIMIT_EXCEEDED = 38
+SEQUENCE_EXHAUSTED = 39
+INTERNAL_CORRUPTION = 40
 
 # Cosmos SDK errors (codespace "sdk").
 SDK_UNAUTHORIZED = 4
@@ -66,11 +98,93 @@ SDK_INSUFFICIENT_FEE = 13
 SDK_TX_IN_MEMPOOL = 19
 SDK_SEQUENCE_MISMATCH = 32
 
+# This client's refusals (codespace "client").
+#: The simulated gas x gas_adjustment is over [node] max_gas_limit: such a tx
+#: would only be refused, or run out of gas at the cap, with its fee paid.
+GAS_OVER_CAP = 1
+
+#: gRPC status names and their numbers (grpc/status.h): codes of codespace ``grpc``.
+GRPC_STATUS_CODES = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
+    "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
+    "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+}
+GRPC_UNKNOWN = GRPC_STATUS_CODES["UNKNOWN"]
+GRPC_INVALID_ARGUMENT = GRPC_STATUS_CODES["INVALID_ARGUMENT"]
+GRPC_NOT_FOUND = GRPC_STATUS_CODES["NOT_FOUND"]
+GRPC_RESOURCE_EXHAUSTED = GRPC_STATUS_CODES["RESOURCE_EXHAUSTED"]
+GRPC_INTERNAL = GRPC_STATUS_CODES["INTERNAL"]
+
+#: (codespace, code) -> the error's name in the chain's source (``x/billing/types/errors.go``,
+#: the SDK's ``types/errors``), so that a log line says which error it was without a table
+#: beside it. Codes 34-40 are the current chain's; 39 and 40 are named from its tests.
+ERROR_NAMES: dict[tuple[str, int], str] = {
+    (BILLING, 1): "ErrInvalidParams",
+    (BILLING, LEASE_NOT_FOUND): "ErrLeaseNotFound",
+    (BILLING, LEASE_NOT_ACTIVE): "ErrLeaseNotActive",
+    (BILLING, INSUFFICIENT_CREDIT): "ErrInsufficientCredit",
+    (BILLING, MAX_LEASES_REACHED): "ErrMaxLeasesReached",
+    (BILLING, UNAUTHORIZED): "ErrUnauthorized",
+    (BILLING, 7): "ErrReserved7",
+    (BILLING, CREDIT_ACCOUNT_NOT_FOUND): "ErrCreditAccountNotFound",
+    (BILLING, INVALID_LEASE): "ErrInvalidLease",
+    (BILLING, 10): "ErrSKUNotFound",
+    (BILLING, 11): "ErrSKUNotActive",
+    (BILLING, PROVIDER_NOT_FOUND): "ErrProviderNotFound",
+    (BILLING, PROVIDER_NOT_ACTIVE): "ErrProviderNotActive",
+    (BILLING, 14): "ErrMixedProviders",
+    (BILLING, NO_WITHDRAWABLE): "ErrNoWithdrawableAmount",
+    (BILLING, EMPTY_LEASE_ITEMS): "ErrEmptyLeaseItems",
+    (BILLING, INVALID_QUANTITY): "ErrInvalidQuantity",
+    (BILLING, 18): "ErrDuplicateSKU",
+    (BILLING, INVALID_CREDIT_OPERATION): "ErrInvalidCreditOperation",
+    (BILLING, ARITHMETIC_OVERFLOW): "ErrArithmeticOverflow",
+    (BILLING, 21): "ErrTooManyLeaseItems",
+    (BILLING, LEASE_NOT_PENDING): "ErrLeaseNotPending",
+    (BILLING, MAX_PENDING_LEASES_REACHED): "ErrMaxPendingLeasesReached",
+    (BILLING, INVALID_REJECTION_REASON): "ErrInvalidRejectionReason",
+    (BILLING, INVALID_REQUEST): "ErrInvalidRequest",
+    (BILLING, INVALID_CLOSURE_REASON): "ErrInvalidClosureReason",
+    (BILLING, 27): "ErrInvalidMetaHash",
+    (BILLING, 28): "ErrInvalidServiceName",
+    (BILLING, 29): "ErrInvalidCustomDomain",
+    (BILLING, 30): "ErrCustomDomainAlreadyClaimed",
+    (BILLING, 31): "ErrLeaseNotEditable",
+    (BILLING, 32): "ErrLeaseItemNotFound",
+    (BILLING, 33): "ErrAmbiguousLeaseItem",
+    (BILLING, ACK_DEADLINE_EXCEEDED): "ErrLeaseAcknowledgementDeadlineExceeded",
+    (BILLING, ACK_ACTIVE_CAP_EXCEEDED): "ErrLeaseAcknowledgementActiveCapExceeded",
+    (BILLING, RESERVATION_INVARIANT): "ErrReservationInvariant",
+    (BILLING, LEASE_QUERY_LIMIT_EXCEEDED): "ErrLeaseQueryLimitExceeded",
+    (BILLING, RESERVATION_DENOM_LIMIT_EXCEEDED): "ErrReservationDenomLimitExceeded",
+    (BILLING, SEQUENCE_EXHAUSTED): "ErrSequenceExhausted",
+    (BILLING, INTERNAL_CORRUPTION): "ErrInternalCorruption",
+    (SDK, SDK_UNAUTHORIZED): "ErrUnauthorized",
+    (SDK, SDK_INSUFFICIENT_FUNDS): "ErrInsufficientFunds",
+    (SDK, 9): "ErrUnknownAddress",
+    (SDK, SDK_OUT_OF_GAS): "ErrOutOfGas",
+    (SDK, SDK_INSUFFICIENT_FEE): "ErrInsufficientFee",
+    (SDK, SDK_TX_IN_MEMPOOL): "ErrTxInMempoolCache",
+    (SDK, SDK_SEQUENCE_MISMATCH): "ErrWrongSequence",
+    **{(GRPC, number): name for name, number in GRPC_STATUS_CODES.items()},
+}
+
+
+def error_name(codespace: str, code: int) -> str:
+    """The chain's name of (codespace, code), e.g. ``ErrReservationInvariant``; "" if not known."""
+    return ERROR_NAMES.get((codespace, code), "")
+
+
 #: (codespace, code) pairs worth another try: the same request can succeed.
+#: Not "tx already in mempool" (sdk 19): the node holds those very bytes, so
+#: the client waits for that tx; sending it again would only be told 19 again.
 _TRANSIENT = {
     (SDK, SDK_SEQUENCE_MISMATCH),
-    (SDK, SDK_TX_IN_MEMPOOL),
     (SDK, SDK_OUT_OF_GAS),
+    # A querier's work bound (CreditEstimate over its lease ceiling, a long
+    # offset scan) or a node shedding load: the same query can pass later.
+    (GRPC, GRPC_RESOURCE_EXHAUSTED),
 }
 
 
@@ -121,8 +235,10 @@ class ChainError(Exception):
         self.tx_hash = tx_hash
 
     def __str__(self) -> str:
-        where = f"{self.codespace} code {self.code}: " if self.codespace else ""
-        return f"{where}{self.message}"
+        if not self.codespace:
+            return self.message
+        name = error_name(self.codespace, self.code)
+        return f"{self.codespace} code {self.code}{f' ({name})' if name else ''}: {self.message}"
 
     def failure(self, operation: str) -> ChainFailure:
         return ChainFailure(

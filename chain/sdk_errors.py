@@ -1,14 +1,16 @@
 """How a node words its errors, and how to read (codespace, code) back from the words.
 
 A Cosmos SDK node reports codespace and code as numbers in a tx result
-(``BroadcastTx``, ``GetTx``), but a failed ``Simulate`` or query answers a
-gRPC status whose message is only text: the wrapped error, ending in the
+(``BroadcastTx``, ``GetTx``), but a failed ``Simulate`` answers gRPC status
+UNKNOWN whose message is only text: the wrapped error, ending in the
 registered error's description (``lease ... is not active: lease not
-active``). This module holds the registered descriptions of the codes
-CHAIN.md lists, in one table, so that
+active``). A query the billing querier refuses sets a status of its own
+(NOT_FOUND, INVALID_ARGUMENT, ...), which is its answer: ``status_error``
+files it under that status. This module holds the registered descriptions
+of the codes CHAIN.md lists, in one table, so that
 
 - the devnet words its errors exactly as a node would (``describe``), and
-- the client recovers the code from such text (``classify_text``).
+- the client recovers the code from an UNKNOWN's text (``classify_text``).
 
 The ``billing`` descriptions are ``x/billing/types/errors.go``'s, as
 CHAIN-VERSIONS.md 4 lists them. The ``sdk`` ones are the SDK's
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from chain.errors import BILLING, SDK
+from chain.errors import BILLING, GRPC, GRPC_STATUS_CODES, GRPC_UNKNOWN, SDK
 
 __all__ = [
     "DESCRIPTIONS",
@@ -148,38 +150,40 @@ def classify_text(text: str) -> tuple[str, int] | None:
 def status_error(operation: str, status: str, details: str, *, may_have_committed: bool = False):
     """A query or call answered with gRPC status ``status`` (its ``StatusCode`` name) and text ``details``.
 
-    Statuses that say nothing about the request (unavailable, deadline,
-    exhausted, aborted, cancelled) are transport errors, transient. Any
-    other is read for a registered error's description; failing that it is
-    filed under codespace ``grpc`` with the status's name.
+    - Statuses that say nothing about the request (unavailable, deadline,
+      aborted, cancelled) are transport errors, transient.
+    - ``UNKNOWN`` is what a node answers for an error that set no status of
+      its own: a registered error, as ``Simulate`` answers a failing message
+      (``failed to execute message; ...: lease not active``). Only there is
+      the text read for the registered error's description; failing that it
+      is ``grpc`` code 2.
+    - Any other status (``NOT_FOUND``, ``INVALID_ARGUMENT``, ``INTERNAL``,
+      ``RESOURCE_EXHAUSTED``, ...) was set by the querier itself: codespace
+      ``grpc``, code the status's number. Its text is not read for a code: a
+      NotFound whose text ends in "provider not found" is not billing code
+      12, which the chain never answered (CHAIN-VERSIONS.md 4).
+      ``RESOURCE_EXHAUSTED`` is transient (``chain.errors``).
     """
     from chain.errors import ChainError
 
     if status in TRANSPORT_STATUS_NAMES:
         return ChainError.transport(f"{operation}: {status}: {details}".rstrip(": "), may_have_committed=may_have_committed)
-    found = classify_text(details)
-    if found is not None:
-        codespace, code = found
-        return ChainError(f"{operation}: {details}", codespace=codespace, code=code, may_have_committed=may_have_committed)
+    code = GRPC_STATUS_CODES.get(status, GRPC_UNKNOWN)
+    if code == GRPC_UNKNOWN:
+        found = classify_text(details)
+        if found is not None:
+            codespace, registered = found
+            return ChainError(
+                f"{operation}: {details}", codespace=codespace, code=registered, may_have_committed=may_have_committed
+            )
     return ChainError(
-        f"{operation}: gRPC {status}: {details}",
-        codespace="grpc",
-        code=GRPC_STATUS_CODES.get(status, 2),
-        transient=False,
-        may_have_committed=may_have_committed,
+        f"{operation}: gRPC {status}: {details}", codespace=GRPC, code=code, may_have_committed=may_have_committed
     )
 
 
 #: gRPC statuses that say nothing about the request itself: the node was
-#: unreachable, overloaded or too slow. Always transient.
-TRANSPORT_STATUS_NAMES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED"})
-#: gRPC status names and their numbers (grpc/status.h).
-GRPC_STATUS_CODES = {
-    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
-    "ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
-    "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
-}
+#: unreachable or too slow, or the call was cut. Always transient.
+TRANSPORT_STATUS_NAMES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED", "CANCELLED"})
 
 
 def expected_sequence(text: str) -> int | None:

@@ -372,10 +372,13 @@ class DevnetGrpcServer:
         port: int = 0,
         faults: GrpcFaults | None = None,
         max_workers: int = 64,
+        tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         self.node = node
         self.host = host
         self.port = port
+        #: (private key, certificate chain), PEM: serve over TLS (``grpc+https``), as a public node does.
+        self.tls = tls
         self.faults = faults or GrpcFaults()
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="devnet-grpc"),
@@ -389,7 +392,11 @@ class DevnetGrpcServer:
         self._started = False
 
     def start(self) -> int:
-        bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        address = f"{self.host}:{self.port}"
+        if self.tls is None:
+            bound = self._server.add_insecure_port(address)
+        else:
+            bound = self._server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
         if bound == 0:
             raise OSError(f"devnet gRPC server cannot listen on {self.host}:{self.port}")
         self.port = bound
@@ -399,7 +406,7 @@ class DevnetGrpcServer:
 
     @property
     def url(self) -> str:
-        return f"grpc+http://{self.host}:{self.port}"
+        return f"grpc+{'http' if self.tls is None else 'https'}://{self.host}:{self.port}"
 
     def stop(self, grace: float = 0.5) -> None:
         if self._started:

@@ -25,6 +25,12 @@ def test_shipped_config_loads_with_the_seed_defaults() -> None:
     assert (s.max_retries, s.initial_backoff, s.max_backoff) == (3, timedelta(seconds=1), timedelta(seconds=10))
 
 
+def test_shipped_config_pays_fees_as_the_production_client() -> None:
+    n = load_config(ROOT / "config.toml").node
+    assert (n.fee_denom, n.gas_price, n.gas_adjustment, n.simulate_gas) == ("umfx", "0.000025", 1.2, 200_000)
+    assert load_config().node == n  # the file says what the defaults are
+
+
 @pytest.mark.parametrize(
     "section,key,value,expected",
     [
@@ -34,6 +40,15 @@ def test_shipped_config_loads_with_the_seed_defaults() -> None:
         ("scheduler", "withdraw_intervl", "1h", r"\[scheduler\] unknown key 'withdraw_intervl'"),
         ("provider", "uuid", "not-a-uuid", r"\[provider\] uuid: 'not-a-uuid' is not a lowercase UUID"),
         ("chain", "mode", "mainnet", r"\[chain\] mode: expected one of"),
+        ("node", "gas_adjustment", float("nan"), r"\[node\] gas_adjustment: must be a finite number, got nan"),
+        ("node", "gas_adjustment", 3.5, r"\[node\] gas_adjustment: must be at most 3.0"),
+        ("node", "gas_adjustment", 0.9, r"\[node\] gas_adjustment: must be at least 1.0"),
+        ("node", "out_of_gas_multiplier", float("nan"), r"\[node\] out_of_gas_multiplier: must be a finite number"),
+        ("node", "gas_price", "NaN", r"\[node\] gas_price: must be a non-negative decimal, got 'NaN'"),
+        ("node", "gas_price", "Infinity", r"\[node\] gas_price: must be a non-negative decimal"),
+        ("node", "gas_price", "0.025umfx", r"\[node\] gas_price: not a decimal number"),
+        ("node", "simulate_gas", 0, r"\[node\] simulate_gas: must be at least 1"),
+        ("node", "gas_multiplier", 1.5, r"\[node\] unknown key 'gas_multiplier'"),
     ],
 )
 def test_bad_values_fail_at_start_naming_the_key(section: str, key: str, value: object, expected: str) -> None:

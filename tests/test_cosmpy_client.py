@@ -7,18 +7,39 @@ waits (``tests.devnet_harness.BlockProducer``), so amounts are exact.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
+import ipaddress
+import math
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
+from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1PubKey
+from cosmpy.protos.cosmos.tx.v1beta1 import tx_pb2
+from google.protobuf.any_pb2 import Any as ProtoAny
 
 from chain.billing_pb import tx_pb2 as billing_tx
-from chain.errors import BILLING, LEASE_NOT_ACTIVE, SDK, ChainError
+from chain.errors import (
+    BILLING,
+    CLIENT,
+    GAS_OVER_CAP,
+    GRPC,
+    GRPC_INVALID_ARGUMENT,
+    GRPC_NOT_FOUND,
+    LEASE_NOT_ACTIVE,
+    SDK,
+    ChainError,
+    QueryRefused,
+)
+from chain.cosmpy_client import CosmpyChainClient
+from chain.keys import load_provider_key
 from chain.model import TxEvents
+from devnet.grpc_server import DevnetGrpcServer
+from devnet.node import TxRejected
 from messages.coins import Coin, coins
-from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, wait_until
+from runtime.config import ConfigError, load_config
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
 from tests.support import addr
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
@@ -35,8 +56,6 @@ def _withdraw_txs(world: World) -> list:
 
 
 def _tx_msgs(r) -> list:
-    from cosmpy.protos.cosmos.tx.v1beta1 import tx_pb2
-
     tx = tx_pb2.Tx()
     r.tx.Unpack(tx)
     return list(tx.body.messages)
@@ -81,6 +100,40 @@ def test_queries_answer_what_the_chain_holds(world: World) -> None:
         client.credit_account(addr("nobody"))
     # Query errors are gRPC statuses, not billing codes (CHAIN-VERSIONS.md 4): NOT_FOUND is 5.
     assert (info.value.codespace, info.value.code, info.value.transient) == ("grpc", 5, False)
+
+
+@pytest.mark.parametrize(
+    "status, code, transient",
+    [("NOT_FOUND", 5, False), ("INVALID_ARGUMENT", 3, False), ("INTERNAL", 13, False), ("RESOURCE_EXHAUSTED", 8, True)],
+)
+def test_a_query_refused_with_a_status_is_filed_under_that_status(
+    world: World, monkeypatch: pytest.MonkeyPatch, status: str, code: int, transient: bool
+) -> None:
+    """The querier's status is its answer: not a billing code guessed from the text, nor a transport failure."""
+    t = world.tenant("t1")
+
+    def refuse(tenant: str):
+        # Worded like the chain's refusals, ending in a registered description (billing 12's).
+        raise QueryRefused(status, f"provider_uuid of tenant {tenant} not found: provider not found")
+
+    monkeypatch.setattr(world.model, "credit_estimate", refuse)
+    with pytest.raises(ChainError) as info:
+        world.client().credit_estimate(t)
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (GRPC, code, transient, False)
+    assert str(err).startswith(f"grpc code {code} ({status}): credit_estimate {t}: gRPC {status}: provider_uuid")
+
+
+def test_query_statuses_of_the_chains_own_refusals(world: World) -> None:
+    client = world.client()
+    with pytest.raises(ChainError) as info:
+        client.credit_account("not-an-address")
+    assert (info.value.codespace, info.value.code) == (GRPC, GRPC_INVALID_ARGUMENT)
+    assert "invalid tenant address" in str(info.value)
+    with pytest.raises(ChainError) as info:
+        client.lease("0197aaaa-0000-7000-8000-000000000000")
+    assert (info.value.codespace, info.value.code, info.value.transient) == (GRPC, GRPC_NOT_FOUND, False)
 
 
 def test_node_status_reports_catching_up(world: World) -> None:
@@ -194,13 +247,18 @@ def test_out_of_gas_at_inclusion_is_retried_with_more_gas(world: World) -> None:
     world.lease(t)
     world.clock.advance(20)
     client = world.client(withdraw_limit=3)
-    # Execution costs more than simulated, once: a 1.5x margin is too small.
+    # Execution costs more than simulated, once: the 1.2x adjustment is too small.
     world.node.add_gas_surcharge(60_000, times=1)
+    simulated = _record_simulations(world)
 
     page = client.withdraw_by_provider(PROVIDER, b"")
 
     codes = [r.code for r in world.node.included_txs()]
     assert codes == [11, 0]  # out of gas (sequence used, fee paid), then landed
+    # One Simulate seeded both: the second signs the first's gas x 1.5.
+    ((_, gas_used),) = simulated
+    first = int(gas_used * Decimal("1.2"))
+    assert [_fee_of(world, r.txhash)[0] for r in world.node.included_txs()] == [first, int(first * Decimal("1.5"))]
     assert page.tx_hash == world.node.included_txs()[-1].txhash
     accrued, paid = world.model.lease_totals(world.model.active_leases_by_provider(PROVIDER)[0].uuid)
     assert accrued == paid and paid["umfx"] > 0
@@ -372,3 +430,408 @@ def test_a_close_of_unknown_outcome_is_read_back_by_its_tx(world: World) -> None
     outcome = client.close_outcome(tx_hash, [lease])
     assert outcome is not None and outcome.closed_count == 1 and outcome.tx_hashes == (tx_hash,)
     assert [(s.lease_uuid, s.kind, s.tx_hash) for s in outcome.settlements] == [(lease, "close", tx_hash)]
+
+
+@pytest.mark.parametrize("kind", ["continuous_vesting", "delayed_vesting", "periodic_vesting", "permanent_locked"])
+def test_a_vesting_signer_account_signs_and_withdraws(kind: str) -> None:
+    world = make_world(signer_account=kind)
+    try:
+        assert world.node.account(world.devnet.provider_address).kind == kind
+        t = world.tenant("t1")
+        lease = world.lease(t)
+        world.clock.advance(20)
+        client = world.client()
+
+        page = client.withdraw_by_provider(PROVIDER, b"")
+        outcome = client.close_leases([lease], "done")
+
+        assert page.withdrawal_count == 1 and page.total_amounts
+        assert outcome.closed_count == 1
+        # Number and sequence were read from inside the vesting account, once, and were right.
+        assert world.devnet.faults.calls["Account"] == 1
+        assert [r.code for r in world.node.included_txs()] == [0, 0]
+        assert world.node.account(world.devnet.provider_address).sequence == 2
+    finally:
+        world.close()
+
+
+def test_an_account_type_a_signer_cannot_have_is_a_clear_error() -> None:
+    from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2
+
+    from chain.cosmpy_client import base_account
+
+    module = ProtoAny()
+    module.Pack(auth_pb2.ModuleAccount(base_account=auth_pb2.BaseAccount(sequence=4), name="fees"), type_url_prefix="/")
+    assert base_account(module) is None
+    vesting = ProtoAny(type_url="/cosmos.vesting.v1beta1.DelayedVestingAccount", value=b"\xff\xff")
+    assert base_account(vesting) is None  # undecodable
+
+
+def _self_signed_certificate() -> tuple[bytes, bytes]:
+    """(private key, certificate) PEM for 127.0.0.1 and localhost, its own CA: what a node's operator might run."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "leasewarden devnet test CA")])
+    now = datetime.now(timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def test_a_grpc_https_node_is_reached_with_the_configured_ca_file(world: World, tmp_path: Path) -> None:
+    key_pem, cert_pem = _self_signed_certificate()
+    ca_file = tmp_path / "node-ca.pem"
+    ca_file.write_bytes(cert_pem)
+    server = DevnetGrpcServer(world.node, host="127.0.0.1", tls=(key_pem, cert_pem))
+    server.start()
+    try:
+        assert server.url.startswith("grpc+https://127.0.0.1:")
+        config = load_config(
+            overrides={"node": {"grpc_url": server.url, "tls_ca_file": str(ca_file), "tx_poll_interval": "2ms"}}
+        )
+        key = load_provider_key(world.devnet.provider_key_file)
+        client = CosmpyChainClient.from_settings(config.node, world.devnet.chain_id, key=key)
+        world.lease(world.tenant("t1"))
+        world.clock.advance(20)
+
+        assert client.node_status() == world.node.status()
+        assert client.withdraw_by_provider(PROVIDER, b"").withdrawal_count == 1  # a tx, over TLS
+
+        # Without the CA file the system's CAs are asked, and they do not know this node's certificate.
+        untrusting = CosmpyChainClient(server.url, key, world.devnet.chain_id, query_timeout=2.0)
+        with pytest.raises(ChainError) as info:
+            untrusting.node_status()
+        assert (info.value.codespace, info.value.transient) == ("transport", True)
+        client.close()
+        untrusting.close()
+    finally:
+        server.stop()
+
+
+def test_a_tls_ca_file_that_cannot_be_used_is_an_error_at_start_naming_the_setting(world: World, tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing-ca.pem")
+    https = "grpc+https://node.example:9090"
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file '.*missing-ca.pem': no such file"):
+        load_config(overrides={"node": {"grpc_url": https, "tls_ca_file": missing}})
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82\x01\x0a")
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file '.*ca.der': holds no PEM certificate"):
+        load_config(overrides={"node": {"grpc_url": https, "tls_ca_file": str(not_pem)}})
+    with pytest.raises(ConfigError, match=r"\[node\] tls_ca_file: set, but grpc_url 'grpc\+http://.*' does not use TLS"):
+        load_config(overrides={"node": {"grpc_url": "grpc+http://127.0.0.1:9090", "tls_ca_file": missing}})
+    # The client refuses the same, built without the settings.
+    key = load_provider_key(world.devnet.provider_key_file)
+    with pytest.raises(ValueError, match=r"tls_ca_file '.*missing-ca.pem': no such file"):
+        CosmpyChainClient(https, key, world.devnet.chain_id, tls_ca_file=missing)
+
+
+def _fee_of(world: World, tx_hash: str) -> tuple[int, list[tuple[str, str]]]:
+    """(gas limit, [(denom, amount)]) of an included tx, from its auth_info."""
+    tx = tx_pb2.Tx()
+    world.node.get_tx(tx_hash).tx.Unpack(tx)
+    return tx.auth_info.fee.gas_limit, [(c.denom, c.amount) for c in tx.auth_info.fee.amount]
+
+
+def _record_simulations(world: World) -> list[tuple[bytes, int]]:
+    """Every tx the node is asked to simulate from now on, with the gas it answered."""
+    asked: list[tuple[bytes, int]] = []
+    simulate = world.node.simulate
+
+    def recording(raw: bytes):
+        gas, result = simulate(raw)
+        asked.append((raw, gas))
+        return gas, result
+
+    world.node.simulate = recording
+    return asked
+
+
+@pytest.mark.parametrize("adjustment", [None, 2.75])
+def test_the_fee_is_the_gas_used_times_the_adjustment_times_the_price_rounded_up(world: World, adjustment) -> None:
+    t = world.tenant("t1")
+    for _ in range(3):
+        world.lease(t)
+    world.clock.advance(60)
+    simulated = _record_simulations(world)
+    client = world.client() if adjustment is None else world.client(gas_adjustment=adjustment)
+    assert world.config.node.gas_price == "0.000025" and world.config.node.gas_adjustment == 1.2
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    ((_, gas_used),) = simulated
+    factor = Decimal("1.2") if adjustment is None else Decimal(str(adjustment))
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit == int(gas_used * factor)  # truncated
+    assert fee == [("umfx", str(math.ceil(gas_limit * Decimal("0.000025"))))]
+    assert 0 < int(fee[0][1]) < 100  # a page of 50 leases costs tens of umfx, not tens of thousands
+
+
+def test_the_fee_is_at_least_one_umfx(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    world.node.min_gas_price = Decimal(0)  # a node that takes any fee
+    tiny = world.client(gas_price="0.00000001")
+
+    page = tiny.withdraw_by_provider(PROVIDER, b"")
+    closed = world.client(gas_price="0").close_leases([world.model.active_leases_by_provider(PROVIDER)[0].uuid], "bye")
+
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit * Decimal("0.00000001") < 1 and fee == [("umfx", "1")]
+    assert _fee_of(world, closed.tx_hashes[0])[1] == [("umfx", "1")]
+
+
+def test_simulate_is_asked_with_the_declared_gas_no_fee_and_an_empty_signature(world: World) -> None:
+    t = world.tenant("t1")
+    lease = world.lease(t)
+    world.clock.advance(20)
+    simulated = _record_simulations(world)
+    client = world.client()
+    client.withdraw_by_provider(PROVIDER, b"")
+    client.close_leases([lease], "done")
+
+    assert len(simulated) == 2
+    for sequence, (raw, _) in enumerate(simulated):
+        tx_raw = tx_pb2.TxRaw.FromString(raw)
+        auth_info = tx_pb2.AuthInfo.FromString(tx_raw.auth_info_bytes)
+        assert auth_info.fee.gas_limit == 200_000  # [node] simulate_gas, never the fallback gas_limit
+        assert list(auth_info.fee.amount) == []
+        assert list(tx_raw.signatures) == [b""]
+        (signer,) = auth_info.signer_infos
+        assert signer.sequence == sequence  # the account's sequence at the time
+        pubkey = Secp256k1PubKey()
+        signer.public_key.Unpack(pubkey)
+        assert pubkey.key == client.key.public_key.public_key_bytes
+
+
+#: [node] gas_limit x gas_adjustment: what a tx declares when Simulate cannot say.
+FALLBACK_GAS = int(1_500_000 * Decimal("1.2"))
+
+
+def _withdraw_gas_limits(world: World) -> list[int]:
+    return [_fee_of(world, r.txhash)[0] for r in _withdraw_txs(world)]
+
+
+def test_a_failing_simulate_leaves_the_tx_to_the_fallback_gas(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()
+    world.devnet.faults.fail_next("Simulate")  # UNAVAILABLE
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert page.withdrawal_count == 1
+    assert world.devnet.faults.calls["Simulate"] == 1  # not asked again for the same tx
+    gas_limit, fee = _fee_of(world, page.tx_hash)
+    assert gas_limit == FALLBACK_GAS == 1_800_000
+    assert fee == [("umfx", "45")]  # ceil(1,800,000 x 0.000025)
+
+
+def test_an_unreadable_or_slow_simulate_is_a_simulation_failure_too(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    client = world.client()
+    simulate = world.node.simulate
+
+    def broken(raw: bytes):
+        raise TxRejected("", 0, "panic: runtime error: invalid memory address")  # UNKNOWN, no registered error
+
+    world.node.simulate = broken
+    world.clock.advance(20)
+    first = client.withdraw_by_provider(PROVIDER, b"")
+    world.node.simulate = simulate
+    world.devnet.faults.latency = 0.1  # every call; only Simulate's deadline is this short
+    client.simulate_timeout = 0.02
+    world.clock.advance(20)
+    second = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert _fee_of(world, first.tx_hash)[0] == _fee_of(world, second.tx_hash)[0] == FALLBACK_GAS
+    assert client.simulate_breaker.failures == 2
+
+
+def test_a_message_failing_in_simulate_is_the_txs_answer_not_a_simulation_failure(world: World) -> None:
+    t = world.tenant("t1")
+    a, b = world.lease(t), world.lease(t)
+    client = world.client()
+    client.close_leases([b], "first")
+    world.devnet.faults.fail_next("Simulate", 4)
+    for _ in range(4):  # four failures in a row: one short of opening the breaker
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+    broadcasts = world.devnet.faults.calls["BroadcastTx"]
+
+    with pytest.raises(ChainError) as info:
+        client.close_leases([a, b], "credit depleted")
+
+    assert (info.value.codespace, info.value.code) == (BILLING, LEASE_NOT_ACTIVE)
+    assert world.devnet.faults.calls["BroadcastTx"] == broadcasts  # raised before any fee was paid
+    # Simulate answered, so it works: the failures in a row start again from none.
+    assert client.simulate_breaker.failures == 0
+    world.devnet.faults.fail_next("Simulate", 4)
+    for _ in range(4):
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+    assert client.simulate_breaker.allows(client.breaker_clock())
+
+
+def test_the_simulate_breaker_opens_after_five_failures_for_thirty_seconds_of_the_clients_clock(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    now = [1_000.0]
+    client = world.client(breaker_clock=lambda: now[0])
+    faults = world.devnet.faults
+
+    def withdraw() -> None:
+        world.clock.advance(10)
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    faults.fail_next("Simulate", 5)
+    for _ in range(5):
+        withdraw()
+    assert faults.calls["Simulate"] == 5
+    withdraw()  # open: not asked
+    now[0] += 29.9
+    withdraw()  # still open
+    assert faults.calls["Simulate"] == 5
+    assert _withdraw_gas_limits(world) == [FALLBACK_GAS] * 7
+
+    now[0] += 0.1  # 30 s after it opened
+    withdraw()
+    assert faults.calls["Simulate"] == 6  # asked again, and it answered
+    simulated = _withdraw_gas_limits(world)[-1]
+    assert simulated < FALLBACK_GAS
+
+    faults.fail_next("Simulate", 1)
+    withdraw()  # one failure after a success: the breaker stays closed
+    withdraw()
+    assert faults.calls["Simulate"] == 8
+    assert _withdraw_gas_limits(world)[-2:] == [FALLBACK_GAS, simulated]
+
+
+def test_simulation_failed_tells_the_nodes_answer_from_a_failure_of_simulate() -> None:
+    from chain.cosmpy_client import simulation_failed
+    from chain.sdk_errors import status_error
+
+    def answer(status: str, text: str) -> bool:
+        return simulation_failed(status_error("simulate", status, text))
+
+    assert not answer("UNKNOWN", "failed to execute message; message index: 0: lease x: lease not active")
+    assert not answer("UNKNOWN", "failed to execute message; message index: 0: some module's own error")
+    assert not answer("UNKNOWN", "account sequence mismatch, expected 4, got 3: incorrect account sequence")
+    assert answer("UNKNOWN", "panic: runtime error")
+    assert answer("INTERNAL", "store: cannot decode: invalid lease")
+    assert answer("UNAVAILABLE", "connection refused")
+    assert answer("DEADLINE_EXCEEDED", "")
+
+
+def test_out_of_gas_climbs_by_half_up_to_max_gas_limit_and_is_final_there(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    simulated = _record_simulations(world)
+    client = world.client(withdraw_limit=3)
+    client.max_gas_limit = cap = 250_000
+    world.node.add_gas_surcharge(10**6, times=10)  # no gas limit is enough
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    ((_, gas_used),) = simulated
+    first = int(gas_used * Decimal("1.2"))
+    assert first < int(first * Decimal("1.5")) < cap < int(first * Decimal("2.25"))
+    assert [_fee_of(world, r.txhash)[0] for r in world.node.included_txs()] == [first, int(first * Decimal("1.5")), cap]
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (SDK, 11, False, False)
+    assert f"gas {cap} is max_gas_limit already" in err.message
+
+
+def test_a_simulated_gas_over_max_gas_limit_is_refused_before_anything_is_sent(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()  # a page of 50 leases: about 800,000 gas
+    client.gas_limit = client.max_gas_limit = 500_000
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient) == (CLIENT, GAS_OVER_CAP, False)
+    assert "over max_gas_limit 500000: not sent" in err.message
+    assert world.devnet.faults.calls.get("BroadcastTx", 0) == 0
+    assert client.simulate_breaker.failures == 0  # Simulate answered: it works
+    # The fallback is capped too: with Simulate failing the tx declares max_gas_limit, not 1.2 x gas_limit.
+    world.devnet.faults.fail_next("Simulate")
+    client.withdraw_limit = 3  # a page small enough for the cap
+    page = client.withdraw_by_provider(PROVIDER, b"")
+    assert _fee_of(world, page.tx_hash)[0] == 500_000 and page.withdrawal_count == 1
+
+
+def test_max_gas_limit_below_gas_limit_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match=r"\[node\] max_gas_limit: 1000000 is below gas_limit 1500000 \(0 means no cap\)"):
+        load_config(overrides={"node": {"max_gas_limit": 1_000_000}})
+    assert load_config(overrides={"node": {"max_gas_limit": 1_500_000}}).node.max_gas_limit == 1_500_000
+
+
+def _record_check_txs(world: World) -> list[int]:
+    """The CheckTx code of every broadcast from now on."""
+    codes: list[int] = []
+    check_tx = world.node.check_tx
+
+    def recording(raw: bytes):
+        result = check_tx(raw)
+        codes.append(result.code)
+        return result
+
+    world.node.check_tx = recording
+    return codes
+
+
+def test_already_in_mempool_waits_for_the_tx_the_node_holds(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client()
+    checked = _record_check_txs(world)
+    world.devnet.faults.lose_response("BroadcastTx")  # accepted, but the answer is lost: sent again
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+
+    assert checked == [0, 19]  # the second send was told the node holds it, and nothing was sent after
+    assert [r.txhash for r in _withdraw_txs(world)] == [page.tx_hash]
+    assert page.withdrawal_count == 1
+
+
+def test_a_held_tx_not_included_in_time_is_a_final_error_with_its_hash(world: World) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=0.2)
+    checked = _record_check_txs(world)
+    world.blocks.pause()
+    world.devnet.faults.lose_response("BroadcastTx")
+
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+
+    err = info.value
+    assert (err.codespace, err.code, err.transient, err.may_have_committed) == (SDK, 19, False, True)
+    assert len(err.tx_hash) == 64 and err.tx_hash in err.message and "not sent again" in err.message
+    assert checked == [0, 19] and world.node.mempool_size() == 1
+    world.blocks.resume()
+    wait_until(lambda: len(_withdraw_txs(world)) == 1, what="the held tx to be included")
+    page = client.withdraw_outcome(err.tx_hash, PROVIDER)
+    assert page is not None and page.withdrawal_count == 1 and page.tx_hash == err.tx_hash
