@@ -141,6 +141,7 @@ class SchedulerDecisions:
         #: other providers' leases auto-closed without a tenant named, read to learn whose they were
         self._exhausted_elsewhere: set[str] = set()
 
+
     # -- dispatch ---------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         handler = self._handlers.get(type(message))
@@ -314,9 +315,9 @@ class SchedulerDecisions:
             groups[lease.tenant].append(lease)
         leases = tuple(leases)
         out: list[Effect] = []
-        started = retired = 0
+        started = 0
         tenants = self.tenants
-        vanished: list[str] = []  # leases ended unseen: the books need the chain's word on them
+        vanished: list[str] = []  # leases ended unseen: kept until a read of each says so
         for tenant, tenant_leases in groups.items():
             uuids = frozenset([lease.uuid for lease in tenant_leases])
             entry = tenants.get(tenant)
@@ -325,23 +326,26 @@ class SchedulerDecisions:
                 out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
                 started += 1
             elif not entry.synced or entry.leases != uuids:
-                vanished += entry.leases - uuids
-                entry.leases, entry.synced = uuids, True
-                out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases))))
+                kept = entry.leases - uuids
+                vanished += kept
+                entry.leases, entry.synced = uuids | kept, True
+                out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases), tuple(sorted(kept)))))
         for tenant in [t for t in self.tenants if t not in groups]:
-            # No active lease left on chain: the monitor clears its state and goes.
-            vanished += self.tenants[tenant].leases
-            del self.tenants[tenant]
-            out.append(Send(tenant_address(tenant), LeasesSynced(())))
-            out.append(Retire(tenant))
-            retired += 1
-        # The complete set: the ledger also learns which leases it holds as
-        # active have ended unseen (events lost in a websocket gap), and the
-        # prices of leases first heard of from an event.
+            # No active lease listed any more: each is read before it counts as
+            # ended, and the monitor retires when the last one has.
+            entry = self.tenants[tenant]
+            vanished += entry.leases
+            out.append(Send(tenant_address(tenant), LeasesSynced((), tuple(sorted(entry.leases)))))
+        # The complete set: the ledger learns the prices of leases first heard
+        # of from an event; the leases it no longer lists are read, each, and
+        # end for the monitors and the books only when that read says so.
         out.append(Send(LEDGER, LeasesReconciled(now, tuple(leases))))
         out += self.lease_reads.ask(sorted(vanished)) + self.lease_reads.retry()
-        if started or retired:
-            out.append(Note(f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched"))
+        if started or vanished:
+            out.append(Note(
+                f"tenants: {started} new, {len(self.tenants)} watched; {len(vanished)} lease(s) no longer "
+                "listed as active, read to confirm they ended"
+            ))
         return out
 
     def _checked(self, message: TenantChecked, now: datetime) -> list[Effect]:
@@ -525,13 +529,32 @@ class SchedulerDecisions:
         return out
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
+        out = self._ended_by_read(message, now)
         if message.lease_uuid in self._exhausted_elsewhere:
             self._exhausted_elsewhere.discard(message.lease_uuid)
             lease = message.lease
             if lease is None or lease.provider_uuid == self.provider_uuid:
                 return []
-            return self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
-        return self.lease_reads.answered(message, now)
+            return out + self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
+        return out + self.lease_reads.answered(message, now)
+
+    def _ended_by_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
+        """A lease of ours the listing no longer shows ends once its own read says it did."""
+        lease = message.lease
+        if lease is None or lease.state in ("ACTIVE", "PENDING") or lease.provider_uuid != self.provider_uuid:
+            return []
+        entry = self.tenants.get(lease.tenant)
+        if entry is None or lease.uuid not in entry.leases:
+            return []
+        out: list[Effect] = [Send(tenant_address(lease.tenant), LeaseGone(lease.uuid, lease.state.lower()))]
+        out += self._drop_leases({lease.uuid})
+        c = self.cycle
+        if lease.tenant not in self.tenants and c is not None and c.phase == "checking" and lease.tenant in c.waiting:
+            # Retired: it will not answer this check.
+            c.waiting.discard(lease.tenant)
+            if not c.waiting:
+                out += self._end_check(now)
+        return out
 
     def _leases_to_read(self, message: LeasesToRead, now: datetime) -> list[Effect]:
         out = self.lease_reads.ask(message.lease_uuids)

@@ -162,7 +162,8 @@ class TenantCredit:
         elif isinstance(message, CreditReadFailed):
             self._on_read_failed(message, now, out)
         elif isinstance(message, LeasesSynced):
-            self.leases = {lease.uuid: lease for lease in message.leases}
+            kept = {u: self.leases.get(u) for u in message.kept}
+            self.leases = {**kept, **{lease.uuid: lease for lease in message.leases}}
             self._leases_changed()
             self.closing = tuple(u for u in self.closing if u in self.leases)
         elif isinstance(message, LeaseOpened):

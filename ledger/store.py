@@ -335,25 +335,12 @@ class Ledger:
                 self._upsert(at, lease, reopen=True)
 
     def _leases_reconciled(self, fact: LeasesReconciled) -> None:
+        """The complete active set: its leases' prices and times. A lease missing from it is not
+        closed here: a listing alone ends nothing; the read of that lease does (``LeaseObserved``)."""
         at = to_us(fact.at)
-        ours = [lease for lease in fact.leases if lease.provider_uuid == self.provider_uuid]
-        for lease in ours:
-            self._upsert(at, lease, reopen=True)
-        # A lease we hold as active that the complete read did not return has
-        # closed since; the read does not say when. Leases that became active
-        # after the read are not judged by it.
-        c = self.conn
-        c.execute("CREATE TEMP TABLE IF NOT EXISTS observed (uuid TEXT PRIMARY KEY)")
-        c.execute("DELETE FROM observed")
-        c.executemany("INSERT OR IGNORE INTO observed (uuid) VALUES (?)", ((lease.uuid,) for lease in ours))
-        c.execute(
-            "UPDATE leases SET closed_at_us = :at, closed_at_rank = :rank, closure_reason = '', "
-            "updated_us = MAX(updated_us, :at) "
-            "WHERE provider_uuid = :provider AND closed_at_us IS NULL AND active_from_us IS NOT NULL "
-            "AND active_from_us < :at AND uuid NOT IN (SELECT uuid FROM observed)",
-            {"at": at, "rank": int(Precision.RECONCILE), "provider": self.provider_uuid},
-        )
-        c.execute("DELETE FROM observed")
+        for lease in fact.leases:
+            if lease.provider_uuid == self.provider_uuid:
+                self._upsert(at, lease, reopen=True)
 
     def _lease_observed(self, fact: LeaseObserved) -> None:
         if fact.lease.provider_uuid == self.provider_uuid:

@@ -27,6 +27,9 @@ class LeasesSynced:
     """The tenant's complete set of our active leases, read from the chain."""
 
     leases: tuple[Lease, ...]
+    #: Leases the read no longer lists, kept until a read of the lease itself
+    #: says it ended: a listing alone never ends a lease.
+    kept: tuple[str, ...] = ()
 
 
 @message("lease_opened")

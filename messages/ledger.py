@@ -114,10 +114,10 @@ class LeasesReconciled:
     """The provider's *complete* set of active leases, as one read at ``at`` returned it.
 
     Unlike ``LeasesObserved`` (any leases, e.g. only the new ones) the set is
-    whole: a lease the ledger holds as active that is missing from it has
-    closed since (an event lost in a websocket gap), and the ledger stops
-    billing it at ``at`` until a ``LeaseObserved`` gives the chain's own
-    ``closed_at``. Send it after every successful active-leases read.
+    whole; still, a lease the ledger holds as active that is missing from it
+    is not taken for closed: the scheduler has it read, and its
+    ``LeaseObserved`` gives the chain's own ``closed_at``. Send it after
+    every successful active-leases read.
     """
 
     at: datetime

@@ -217,26 +217,20 @@ def test_leases_observed_says_nothing_about_other_leases(ledger):
     assert all(times(ledger, u)[1] is None for u in ("l1", "l2", "l3"))
 
 
-def test_a_reconcile_closes_leases_missing_from_it_until_the_chain_says_when(ledger):
+def test_a_reconcile_never_closes_a_lease_missing_from_it_the_leases_own_read_does(ledger):
     ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
     read_at = T + timedelta(hours=1)
-    # l3 was acknowledged after the read was taken: the read cannot judge it.
-    ledger.record(LeaseEventRecorded(read_at + timedelta(seconds=1), event("acknowledged", "l3")))
     ledger.record(LeasesReconciled(read_at, (lease("l1"),)))
-    assert times(ledger, "l2")[1] == read_at
-    assert ledger.lease("l2")["closed_at_rank"] == Precision.RECONCILE
-    assert times(ledger, "l3")[1] is None and times(ledger, "l1")[1] is None
-    # The chain's own closed_at, read for the vanished lease, replaces the guess.
+    assert times(ledger, "l2")[1] is None and times(ledger, "l1")[1] is None  # a listing alone ends nothing
+    # The chain's own closed_at, read for the vanished lease, closes it.
     exact = T + timedelta(minutes=17, microseconds=5)
     ledger.record(LeaseObserved(read_at, lease("l2", state="CLOSED", closed_at=exact, reason="tenant left")))
     assert times(ledger, "l2") == (T, exact, "tenant left")
 
 
-def test_a_lease_closed_only_by_a_reconcile_guess_is_reopened_by_a_later_read(ledger):
+def test_a_stale_listing_never_reopens_a_closed_lease(ledger):
     ledger.record(LeasesReconciled(T, (lease("l1"),)))
     ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed it
-    assert times(ledger, "l1")[1] == T + timedelta(hours=1)
-    ledger.record(LeasesReconciled(T + timedelta(hours=2), (lease("l1"),)))
     assert times(ledger, "l1")[1] is None
     # A stale read (taken before an event-recorded close) never reopens.
     ledger.record(LeaseEventRecorded(T + timedelta(hours=3), event("closed", "l1", "bye")))
@@ -248,7 +242,8 @@ def test_the_leases_to_read_are_the_unpriced_and_those_closed_at_a_time_the_chai
     ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
     ledger.record(LeaseEventRecorded(T + timedelta(minutes=5), event("acknowledged", "short")))  # no price yet
     ledger.record(LeaseEventRecorded(T + timedelta(minutes=9), event("expired", "pending")))  # never active
-    ledger.record(LeasesReconciled(T + timedelta(hours=1), (lease("l1"),)))  # l2 closed: when?
+    ledger.record(LeasesReconciled(T + timedelta(hours=1), (lease("l1"),)))  # l2 is read by the scheduler
+    ledger.record(LeaseEventRecorded(T + timedelta(hours=2), event("closed", "l2")))  # closed, when the event came
     assert ledger.leases_to_read() == ["pending", "short", "l2"]  # unpriced first
     expired = Lease("pending", TENANT, PROVIDER, (LeaseItem("sku-1", 1, Coin("umfx", 3)),), state="EXPIRED")
     ledger.record(LeaseObserved(T + timedelta(hours=1), expired))  # the chain gives it no closed_at

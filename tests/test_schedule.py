@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from datetime import timedelta
 
 from actors.effects import Note, Retire, Send, Spawn
 from actors.schedule import SchedulerDecisions, next_wake
 from messages.chain import Lease
-from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, WithdrawRequested
+from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, LeaseCall, WithdrawRequested
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced
 from messages.lease_events import LeaseEvent
 from messages.scheduler import (
+    LeaseRead,
     ActiveLeasesRead,
     ClosuresFlushed,
     CycleDeadline,
@@ -129,9 +132,28 @@ def test_no_leases_clears_state_and_retires_monitors() -> None:
     assert sorted(e.tenant for e in out if isinstance(e, Spawn)) == ["t1", "t2"]
     core.handle(TriggerWithdraw("test"), T0)
     out = run_cycle(core, T0, [])
+    # A listing alone ends nothing: each lease it no longer lists is read first.
+    assert not [e for e in out if isinstance(e, Retire)]
+    assert [m.message for m in msgs(out, LeasesSynced)] == [LeasesSynced((), ("l1",)), LeasesSynced((), ("l2",))]
+    assert sorted(m.message.lease_uuid for m in msgs(out, LeaseCall)) == ["l1", "l2"]
+    out = []
+    for uuid, tenant in (("l1", "t1"), ("l2", "t2")):
+        closed = dataclasses.replace(lease(uuid, tenant), state="CLOSED", closed_at=T0)
+        out += core.handle(LeaseRead(uuid, closed), T0)
     assert sorted(e.tenant for e in out if isinstance(e, Retire)) == ["t1", "t2"]
-    assert [m.message for m in msgs(out, LeasesSynced)] == [LeasesSynced(()), LeasesSynced(())]
+    assert {m.message.lease_uuid for m in msgs(out, LeaseGone)} == {"l1", "l2"}
     assert core.tenants == {} and core.cycle is None
+
+
+def test_a_lease_no_longer_listed_but_read_as_active_stays_watched() -> None:
+    """The listing and the lease's own read disagree: the read is the record."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    run_cycle(core, T0, [lease("l1", "t1"), lease("l2", "t1")])
+    core.handle(TriggerWithdraw("test"), T0)
+    run_cycle(core, T0, [lease("l1", "t1")])
+    out = core.handle(LeaseRead("l2", lease("l2", "t1")), T0)  # still ACTIVE
+    assert not msgs(out, LeaseGone) and core.tenants["t1"].leases == {"l1", "l2"}
 
 
 def test_closures_are_flushed_once_every_tenant_answered() -> None:
