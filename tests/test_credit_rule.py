@@ -1,0 +1,141 @@
+"""The credit rule (actors.credit_rule) against the chain's own arithmetic, on both chain versions.
+
+Each case builds a tenant on the chain model, reads it as the sidecar does
+(the credit account and the tenant's ACTIVE leases), and checks that the
+rule says "gone" exactly when the chain, touched now, would auto-close the
+lease (CHAIN-VERSIONS.md 2.5-2.7), and that the runway it gives is the first
+second at which that holds.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from actors.credit_rule import BALANCE_RULE, RESERVATION_RULE, judge
+from chain.model import ChainParams
+from messages.coins import Coin
+from runtime.clock import ManualClock, utc
+from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item
+
+#: Every test here runs on both chain versions.
+pytestmark = pytest.mark.usefixtures("chain_version")
+
+T0 = utc(2026, 3, 1)
+
+
+def setup(params: ChainParams = ChainParams(min_lease_duration=60)):  # type: ignore[no-untyped-def]
+    clock = ManualClock(T0)
+    m = chain_model(clock, params=params)
+    m.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    m.register_provider(OTHER, OTHER_ADDRESS)
+    return clock, m
+
+
+def read(m, tenant, ours, now):  # type: ignore[no-untyped-def]
+    account, _ = m.credit_account(tenant)
+    leases, _, _ = m.leases_by_tenant(tenant, "ACTIVE")
+    return judge(account, [r.lease for r in leases], ours, now)
+
+
+def chain_would_close(m, lease_uuid, now) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a tx touching the lease now would auto-close it (the model's own test)."""
+    lease = m._leases[lease_uuid]
+    return m._plan(lease, now).exhausted
+
+
+def test_the_rule_follows_the_version_the_leases_show():
+    clock, m = setup()
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 10_000)])
+    ours = m.create_lease(t, PROVIDER, [item(2)]).uuid
+    (verdict,) = read(m, t, {ours}, T0)
+    isolated = m.version.reservation_isolation
+    assert verdict.rule == (RESERVATION_RULE if isolated else BALANCE_RULE)
+
+
+def test_a_lease_is_gone_from_its_runway_on_and_the_runway_does_not_move_while_nothing_settles():
+    """Our lease, another provider's draining the same credit, and a pending lease reserving some of it.
+
+    The rule counts the other lease's unsettled accrual (2.7's conservative usable value): it may
+    see our credit gone before the chain, touched now, would close our lease (the other lease
+    would be paid first if settled first); the gone test and the runway are the same inequality,
+    so a runway that has passed always finds the credit gone.
+    """
+    clock, m = setup()
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 12_000)])
+    ours = m.create_lease(t, PROVIDER, [item(3)]).uuid
+    m.create_lease(t, OTHER, [item(5)])
+    m.create_lease(t, OTHER, [item(7)], acknowledge=False)  # reserves 420, never accrues
+    (verdict,) = read(m, t, {ours}, T0)
+    assert not verdict.gone and verdict.runway_at is not None
+    runway = verdict.runway_at
+    for seconds in range(0, 4000, 7):
+        now = T0 + timedelta(seconds=seconds)
+        (v,) = read(m, t, {ours}, now)
+        assert bool(v.gone) == (now >= runway), (seconds, v)
+        if not v.gone:
+            assert v.runway_at == runway  # the same state, the same answer
+    (v,) = read(m, t, {ours}, runway)
+    assert v.gone == ("umfx",) and ">=" in v.detail
+
+
+def test_on_the_current_chain_a_lease_runs_dry_while_the_balance_stays_above_zero():
+    clock, m = setup()
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 1_000)])
+    ours = m.create_lease(t, PROVIDER, [item(1)]).uuid  # reserves 60
+    m.create_lease(t, OTHER, [item(10)], acknowledge=False)  # reserves 600 and never spends it
+    clock.advance(timedelta(seconds=400))
+    (v,) = read(m, t, {ours}, clock.now())
+    if m.version.reservation_isolation:
+        # S = 1000 - (660 - 60) = 400: 400 s at 1 umfx/s, with 1000 umfx on the account.
+        assert v.gone == ("umfx",) and chain_would_close(m, ours, clock.now())
+    else:
+        assert not v.gone and not chain_would_close(m, ours, clock.now())  # v2.1.0: B itself is spendable
+    assert m.balance(t)["umfx"] == 1_000
+
+
+def test_a_lease_that_costs_nothing_never_runs_dry():
+    clock, m = setup()
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 100)])
+    free = m.create_lease(t, PROVIDER, [item(0)]).uuid
+    (v,) = read(m, t, {free}, T0 + timedelta(days=30))
+    assert not v.gone and v.runway_at is None
+
+
+def test_only_the_denoms_a_lease_is_charged_in_decide():
+    clock, m = setup()
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 10**6), Coin("upwr", 3_100)])  # the upwr lease's reservation, and 100
+    ours = m.create_lease(t, PROVIDER, [item(1)]).uuid
+    m.create_lease(t, OTHER, [item(50, denom="upwr")])  # drains upwr, which ours does not need
+    (v,) = read(m, t, {ours}, T0 + timedelta(seconds=10))  # 500 upwr accrued of the 100 unreserved
+    assert not v.gone and "umfx" in v.detail and "upwr" not in v.detail
+
+
+def test_random_tenants_the_rule_never_says_credit_when_the_chain_would_close():
+    """Over random tenants and times: whenever the chain would close our lease, the rule says gone."""
+    rnd = random.Random(11)
+    for case in range(40):
+        clock, m = setup(ChainParams(min_lease_duration=rnd.choice((1, 30, 120))))
+        t = addr(f"t{case}")
+        m.fund_credit(t, [Coin("umfx", rnd.randrange(1_000, 50_000))])
+        ours = [m.create_lease(t, PROVIDER, [item(rnd.randrange(1, 9))]).uuid for _ in range(rnd.randrange(1, 4))]
+        for _ in range(rnd.randrange(0, 3)):
+            m.create_lease(t, OTHER, [item(rnd.randrange(1, 9))], acknowledge=rnd.random() < 0.7)
+        for _ in range(6):
+            clock.advance(timedelta(seconds=rnd.randrange(1, 600)))
+            now = clock.now()
+            for v in read(m, t, set(ours), now):
+                if chain_would_close(m, v.lease_uuid, now):
+                    assert v.gone, (case, v)
+            if rnd.random() < 0.3:  # sometimes another provider settles in between
+                try:
+                    m.withdraw(OTHER_ADDRESS, provider_uuid=OTHER)
+                except Exception:
+                    pass
