@@ -291,3 +291,66 @@ def test_seen_events_forgets_the_oldest_tx_beyond_its_capacity():
     assert seen.fresh("H1", ev) == ev  # forgotten: a late duplicate is let through
     with pytest.raises(ValueError):
         SeenEvents(capacity=0)
+
+
+def block_frame(events, *, height=124, sub_id=2):
+    """A NewBlockEvents frame: end-of-block events, no tx behind them (CHAIN-VERSIONS.md 3)."""
+    value = {
+        "height": str(height),
+        "num_txs": "0",
+        "events": [{"type": t, "attributes": [{"key": k, "value": v, "index": True} for k, v in attrs]} for t, attrs in events],
+    }
+    index: dict[str, list[str]] = {"tm.event": ["NewBlockEvents"]}
+    for t, attrs in events:
+        for k, v in attrs:
+            index.setdefault(f"{t}.{k}", []).append(v)
+    result = {
+        "query": f"tm.event='NewBlockEvents' AND lease_expired.provider_uuid='{P}'",
+        "data": {"type": "tendermint/event/NewBlockEvents", "value": value},
+        "events": index,
+    }
+    return json.dumps({"jsonrpc": "2.0", "id": sub_id, "result": result})
+
+
+def test_a_pending_lease_expired_at_end_of_block_arrives_in_a_new_block_events_frame() -> None:
+    frame = decode_frame(block_frame([
+        ("lease_expired", [("lease_uuid", L1), ("tenant", "manifest1t"), ("provider_uuid", P), ("msg_index", "0")]),
+    ]))
+    assert isinstance(frame, TxFrame) and frame.height == 124 and frame.tx_hash == ""
+    assert frame.events == (LeaseEvent("expired", L1, "manifest1t", P, "", 124, ""),)
+
+
+def test_a_withdraws_auto_close_names_no_tenant_and_a_settling_provider_withdraw_is_no_lease_event() -> None:
+    frame = decode_frame(tx_frame([
+        ("provider_withdraw", [("lease_uuid", L1), ("amount", "5umfx"), ("provider_uuid", P), ("auto_closed", "true")]),
+        ("provider_withdraw", [("lease_uuid", L2), ("amount", "5umfx"), ("provider_uuid", P)]),
+    ]))  # auto_closed is on one event of two: only the TxResult pairs attributes right
+    (ev,) = frame.events
+    assert (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid) == ("auto_closed", L1, "", P)
+    assert ev.credit_exhausted and ev.concerns(OTHER)
+
+
+def test_an_auto_close_reported_twice_in_one_tx_is_one_event_the_one_naming_the_tenant() -> None:
+    frame = decode_frame(tx_frame([
+        ("provider_withdraw", [("lease_uuid", L1), ("amount", "5umfx"), ("provider_uuid", P), ("auto_closed", "true")]),
+        auto_closed(L1),
+    ]))
+    (ev,) = frame.events
+    assert (ev.kind, ev.tenant) == ("auto_closed", "manifest1tenant")
+
+
+def test_cancel_reject_and_who_closed_are_read() -> None:
+    frame = decode_frame(tx_frame([
+        ("lease_cancelled", [("lease_uuid", L1), ("tenant", "manifest1t"), ("provider_uuid", P), ("cancelled_by", "manifest1t")]),
+        ("lease_rejected", [("lease_uuid", L2), ("tenant", "manifest1t"), ("provider_uuid", P), ("rejected_by", "manifest1p")]),
+        ("lease_closed", [("lease_uuid", L3), ("tenant", "manifest1u"), ("provider_uuid", OTHER),
+                          ("closed_by", "credit_exhaustion"), ("settled_amounts", "3umfx")]),
+    ], tx_result=False))
+    # The flat index groups events by type, in lifecycle order (chain.events.EVENT_KINDS).
+    assert [(e.kind, e.lease_uuid) for e in frame.events] == [("closed", L3), ("cancelled", L1), ("rejected", L2)]
+    exhausted = frame.events[0]
+    assert exhausted.by == "credit_exhaustion" and exhausted.credit_exhausted and exhausted.settled == (Coin("umfx", 3),)
+    # Another provider's lease: acted on only because credit ran out (a tenant it may share).
+    assert exhausted.concerns(P) and not frame.events[1].credit_exhausted
+    ordinary = LeaseEvent("closed", L3, "manifest1u", OTHER, by="manifest1other")
+    assert not ordinary.concerns(P)
