@@ -229,6 +229,44 @@ def test_another_providers_auto_close_of_a_shared_tenant_triggers_a_withdraw() -
     assert not msgs(core2.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t7", OTHER)), T0), WithdrawRequested)
 
 
+def test_our_withdraws_tenantless_auto_close_is_filed_under_the_tenant_we_know() -> None:
+    from messages.ledger import LeaseEventRecorded
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "l1", "", PROVIDER, "credit_exhausted")), T0)
+    (recorded,) = msgs(out, LeaseEventRecorded)
+    assert recorded.message.event.tenant == "t1"
+    assert msgs(out, LeaseGone)[0].message == LeaseGone("l1", "auto_closed")
+    assert "t1" not in core.tenants
+    # One we do not know: its own read names the tenant, for the books.
+    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "l2", "", PROVIDER, "credit_exhausted")), T0)
+    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l2"] and not msgs(out, LeaseEventRecorded)
+
+
+def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_a_shared_tenant() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "", OTHER, "credit_exhausted")), T0)
+    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["x1"] and not msgs(out, WithdrawRequested)
+    closed = dataclasses.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
+    out = core.handle(LeaseRead("x1", closed), T0)
+    assert msgs(out, WithdrawRequested)
+    # the same for a tenant we do not serve: read, and nothing more
+    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x2", "", OTHER, "credit_exhausted")), T0)
+    out = core.handle(LeaseRead("x2", dataclasses.replace(closed, uuid="x2", tenant="t7")), T0)
+    assert not msgs(out, WithdrawRequested)
+
+
+def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_close_does_not() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    ordinary = LeaseEvent("closed", "x1", "t1", OTHER, by="manifest1someone")
+    assert not msgs(core.handle(LeaseEventReceived(ordinary), T0), WithdrawRequested)
+    exhausted = dataclasses.replace(ordinary, by="credit_exhaustion")
+    assert msgs(core.handle(LeaseEventReceived(exhausted), T0), WithdrawRequested)
+
+
 def test_a_failed_withdraw_waits_the_interval_rather_than_waking_at_once() -> None:
     from messages.chain import ChainFailure
 
