@@ -66,3 +66,85 @@ def test_durations_print_back_exactly() -> None:
 
     for text in ("1h30m", "200ms", "1s500ms", "2d", "0s"):
         assert format_duration(parse_duration(text)) == text
+
+
+# -- values that once got past every bound ------------------------------------------------------
+MNEMONIC = (
+    "economy stock theory fatal elder harbor betray wasp final emotion task crumble "
+    "siren bottom lizard educate guess current outdoor pair theory focus wife stone"
+)
+HEX_KEY = "4f3edf983ac636a65a842ce7c78d9aa706d3b113bce9c46f30d7d21715b23b1d"
+
+
+@pytest.mark.parametrize(
+    "section,key,value",
+    [
+        ("listener", "backoff_jitter", float("nan")),
+        ("node", "gas_multiplier", float("nan")),
+        ("demo", "speed", float("nan")),
+        ("demo", "speed", float("inf")),
+        ("node", "gas_multiplier", float("-inf")),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused(section: str, key: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key}: expected a finite number, got (nan|inf|-inf)"):
+        load_config(overrides={section: {key: value}})
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999d", "9999999999999999999999999ms", 1e300, float("inf"), float("nan"), 10**30])
+def test_a_duration_too_large_for_any_setting_is_a_clear_error(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"\[scheduler\] withdraw_interval: (a duration must be at most 3650d|expected a finite duration)"):
+        load_config(overrides={"scheduler": {"withdraw_interval": value}})
+
+
+def test_parse_duration_never_overflows() -> None:
+    with pytest.raises(ValueError, match="at most 3650d"):
+        parse_duration("99999999999999999999d")
+    assert parse_duration("3650d") == timedelta(days=3650)
+
+
+def test_a_control_character_in_a_string_is_named_with_its_position(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[ledger]\npath = "books\\u0000.sqlite"\n')
+    with pytest.raises(ConfigError, match=r"c.toml: \[ledger\] path: contains a control character \(U\+0000\) at position 5"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"\[chain\] chain_id: contains a control character \(U\+000A\)"):
+        load_config(overrides={"chain": {"chain_id": "manifest-1\n"}})
+
+
+def test_a_file_that_is_not_utf8_or_not_a_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(b'[chain]\nchain_id = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"c.toml: not UTF-8 text \(byte 23\)"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="a directory, not a configuration file"):
+        load_config(tmp_path)
+
+
+def test_an_override_of_a_section_the_file_gives_as_a_value_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("demo = 5\n")
+    with pytest.raises(ConfigError, match=r"\[demo\] must be a table"):
+        load_config(path, {"demo": {"speed": 2.0}})
+
+
+@pytest.mark.parametrize("secret", [MNEMONIC, HEX_KEY, "0x" + HEX_KEY.upper(), MNEMONIC.replace(" ", "\n")])
+@pytest.mark.parametrize(
+    "section,key",
+    [("node", "key_file"), ("node", "key_env"), ("scheduler", "closure_reason"), ("node", "gas_multiplier"),
+     ("scheduler", "max_retries"), ("devnet", "error_rates")],
+)
+def test_key_material_in_a_setting_is_refused_and_never_echoed(secret: str, section: str, key: str) -> None:
+    value: object = [secret] if key == "error_rates" else secret
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={section: {key: value}})
+    text = str(info.value)
+    assert f"[{section}] {key}" in text and "not shown" in text
+    for word in ("economy", "crumble", HEX_KEY[:16], HEX_KEY[:16].upper()):
+        assert word not in text
+
+
+def test_an_unknown_key_shaped_like_a_mnemonic_is_not_echoed() -> None:
+    with pytest.raises(ConfigError, match="unknown key") as info:
+        load_config(overrides={"node": {MNEMONIC: 1}})
+    assert "economy" not in str(info.value)
