@@ -9,6 +9,7 @@ ignored; pointing them at a real node is the only change for production.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -16,6 +17,11 @@ from decimal import Decimal, InvalidOperation
 from runtime.config import section, setting
 
 __all__ = ["NodeSettings"]
+
+#: The Cosmos SDK's denom rule: the chain refuses a fee in any other.
+_DENOM = re.compile(r"[a-zA-Z][a-zA-Z0-9/:._-]{2,127}")
+#: What a shell can export.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @section("node")
@@ -36,14 +42,15 @@ class NodeSettings:
         1.5, "after an out-of-gas failure the margin is multiplied by this", min=1.1, max=10.0
     )
     tx_timeout: timedelta = setting(
-        timedelta(seconds=30), "how long to wait for a broadcast tx to be included", min=timedelta(milliseconds=100)
+        timedelta(seconds=30), "how long to wait for a broadcast tx to be included", min=timedelta(milliseconds=100),
+        max=timedelta(hours=1),
     )
     tx_poll_interval: timedelta = setting(
         timedelta(milliseconds=200), "how often GetTx is asked while waiting for inclusion",
         min=timedelta(milliseconds=1), max=timedelta(seconds=10),
     )
     query_timeout: timedelta = setting(
-        timedelta(seconds=10), "deadline of one gRPC query", min=timedelta(milliseconds=10)
+        timedelta(seconds=10), "deadline of one gRPC query", min=timedelta(milliseconds=10), max=timedelta(hours=1)
     )
     max_tx_retries: int = setting(
         5, "re-signs of one tx after a sequence mismatch, out of gas or lost broadcast", min=0, max=50
@@ -62,5 +69,12 @@ class NodeSettings:
             raise ValueError(f"grpc_url: expected grpc+http://host:port or grpc+https://host:port, got {self.grpc_url!r}")
         if not self.websocket_url.startswith(("ws://", "wss://")):
             raise ValueError(f"websocket_url: expected ws://... or wss://..., got {self.websocket_url!r}")
+        if not _DENOM.fullmatch(self.fee_denom):
+            raise ValueError(f"fee_denom: {self.fee_denom!r} is not a Cosmos denom (e.g. umfx)")
+        if self.key_env and not _ENV_NAME.fullmatch(self.key_env):
+            raise ValueError(
+                f"key_env: {self.key_env!r} is not the name of an environment variable "
+                f"(letters, digits and _, e.g. LEASEWARDEN_KEY): it names the variable, it does not hold the key"
+            )
         if self.key_file and self.key_env:
             raise ValueError("key_file and key_env: give one source of the provider key, not both")

@@ -31,7 +31,8 @@ class LedgerSettings:
         False, "finalize a month over its completed run without an operator (off: review, then `finalize`)"
     )
     tick_interval: timedelta = setting(
-        timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1)
+        timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1),
+        max=timedelta(days=1),
     )
     synchronous: str = setting(
         "full",

@@ -148,3 +148,58 @@ def test_an_unknown_key_shaped_like_a_mnemonic_is_not_echoed() -> None:
     with pytest.raises(ConfigError, match="unknown key") as info:
         load_config(overrides={"node": {MNEMONIC: 1}})
     assert "economy" not in str(info.value)
+
+
+# -- every setting bounded where it is read ---------------------------------------------------------
+def test_every_number_and_duration_setting_has_a_maximum() -> None:
+    import dataclasses
+    import typing
+
+    from runtime.config import sections
+
+    unbounded = [
+        f"[{name}] {f.name}"
+        for name, cls in sorted(sections().items())
+        for f in dataclasses.fields(cls)
+        if typing.get_type_hints(cls)[f.name] in (int, float, timedelta) and "max" not in f.metadata
+    ]
+    assert unbounded == []
+
+
+def test_the_closure_reason_fits_the_chain() -> None:
+    assert load_config(overrides={"scheduler": {"closure_reason": "é" * 128}}).scheduler.closure_reason == "é" * 128
+    with pytest.raises(ConfigError, match=r"\[scheduler\] closure_reason: must be at most 256 bytes \(UTF-8\), got 258"):
+        load_config(overrides={"scheduler": {"closure_reason": "é" * 129}})
+    with pytest.raises(ConfigError, match=r"closure_reason: contains a control character \(U\+0007\)"):
+        load_config(overrides={"scheduler": {"closure_reason": "credit\x07depleted"}})
+
+
+@pytest.mark.parametrize(
+    "uuid", ["0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10\n", "0B5E3F8E-8C1A-4B7E-9A53-2F6A1C9D4E10", "0b5e3f8e8c1a4b7e9a532f6a1c9d4e10"]
+)
+def test_a_provider_uuid_must_be_exactly_a_lowercase_uuid(uuid: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[provider\] uuid: "):
+        load_config(overrides={"provider": {"uuid": uuid}})
+
+
+def test_a_canonical_uuid_v7_is_accepted() -> None:
+    v7 = "019bbef3-b000-7001-b950-1b66216ca536"
+    assert load_config(overrides={"provider": {"uuid": v7}}).provider.uuid == v7
+
+
+def test_demo_counts_have_maxima() -> None:
+    with pytest.raises(ConfigError, match=r"\[demo\] healthy_tenants: must be at most 10000, got 2147483648"):
+        load_config(overrides={"demo": {"healthy_tenants": 2**31}})
+    with pytest.raises(ConfigError, match=r"\[demo\] the demo world would have 1,003,000 leases"):
+        load_config(overrides={"demo": {"healthy_tenants": 1000, "leases_per_tenant": 1000}})
+
+
+def test_key_env_names_a_variable_and_chain_id_has_no_spaces() -> None:
+    with pytest.raises(ConfigError, match=r"\[node\] key_env: 'my key' is not the name of an environment variable"):
+        load_config(overrides={"node": {"key_env": "my key"}})
+    with pytest.raises(ConfigError, match=r"\[chain\] chain_id: expected the chain's id without spaces"):
+        load_config(overrides={"chain": {"chain_id": "manifest 1"}})
+    with pytest.raises(ConfigError, match=r"\[chain\] chain_id: must be at most 50 bytes"):
+        load_config(overrides={"chain": {"chain_id": "m" * 51}})
+    with pytest.raises(ConfigError, match=r"\[node\] fee_denom: 'u' is not a Cosmos denom"):
+        load_config(overrides={"node": {"fee_denom": "u"}})
