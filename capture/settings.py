@@ -21,7 +21,10 @@ FLUSH_POLICIES = ("record", "count", "interval")
 @dataclass(frozen=True)
 class CaptureSettings:
     enabled: bool = setting(True, "capture every delivered message to msgpack logs (for run.py replay)")
-    directory: str = setting("captures", "directory of the capture files (created if missing)")
+    directory: str = setting(
+        "captures", "directory of the capture files (created if missing); relative to the config file's folder",
+        path=True,
+    )
     max_file_bytes: int = setting(
         64 * 1024 * 1024,
         "start a new file before one grows past this many bytes (a run's last file may pass it by its end record)",

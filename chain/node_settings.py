@@ -31,7 +31,10 @@ class NodeSettings:
         "grpc+http://127.0.0.1:9090", "node gRPC endpoint: grpc+http://host:port or grpc+https://host:port"
     )
     websocket_url: str = setting("ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)")
-    key_file: str = setting("", "file holding the provider key (mnemonic or hex); must be mode 0600")
+    key_file: str = setting(
+        "", "file holding the provider key (mnemonic or hex); must be mode 0600; relative to the config file's folder",
+        path=True,
+    )
     key_env: str = setting("", "name of an environment variable holding the provider key (instead of key_file)")
     fee_denom: str = setting("umfx", "denom fees are paid in")
     gas_price: str = setting(

@@ -30,7 +30,7 @@ from ledger.metering import meter_month
 from ledger.periods import INSTANT_FORM, MONTH_FORM, Month, PeriodError, iso, parse_instant, parse_month
 from ledger.runs import Periods
 from ledger.schema import NewerSchemaError, NotALedgerError
-from ledger.settings import LedgerSettings, embedded_ledger_path, resolve_ledger_path
+from ledger.settings import LedgerSettings, embedded_ledger_path, ledger_path
 from ledger.statements import write_csv, write_json
 from ledger.store import Ledger, LedgerError
 from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
@@ -91,7 +91,7 @@ def open_ledger(config: Any) -> Ledger:
     read that one in those modes.
     """
     settings: LedgerSettings = config.ledger
-    path = resolve_ledger_path(settings, config.source)
+    path = ledger_path(settings)
     if path is None:
         raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
     if config.chain.mode in ("model", "devnet"):

@@ -9,7 +9,13 @@ how a value is read:
 - ``int``/``float``/``bool``/``str``: as TOML gives them (an int is accepted
   for a float);
 - field metadata ``min``/``max``/``choices`` bound the value, ``max_bytes``
-  a string's UTF-8 length.
+  a string's UTF-8 length; ``path=True`` marks a file or folder.
+
+Every path setting is resolved where it is read, against the folder of the
+file that sets it (``~`` expanded; the working directory for the built-in
+defaults), and is absolute from then on. Two rules (one against the file,
+one against the working directory) once sent a run's captures into the
+checkout it was started from while its ledger went beside its config.
 
 Whatever a field declares, some values are refused everywhere, because each
 of them once got past a bound and broke a running sidecar: a number that is
@@ -230,6 +236,20 @@ def convert_setting(cls: type, key: str, value: Any, where: str) -> Any:
     return _convert(where, get_type_hints(cls)[key], value, meta)
 
 
+def _base_folder(source: str) -> Path:
+    """Where relative paths of ``source`` start: its folder, or the working directory for defaults."""
+    if source and not source.startswith("<"):
+        return Path(source).expanduser().resolve().parent
+    return Path.cwd()
+
+
+def _resolved(value: str, base: Path) -> str:
+    if not value:  # "" means "none" (no ledger, no key file): nothing to resolve
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base / path)
+
+
 def build_section(cls: type[T], raw: dict[str, Any], source: str) -> T:
     name = cls.SECTION  # type: ignore[attr-defined]
     hints = get_type_hints(cls)
@@ -242,6 +262,10 @@ def build_section(cls: type[T], raw: dict[str, Any], source: str) -> T:
     values = {}
     for key, value in raw.items():
         values[key] = _convert(f"{source}: [{name}] {key}", hints[key], value, dict(fields[key].metadata))
+    base = _base_folder(source)
+    for key, f in fields.items():
+        if f.metadata.get("path"):
+            values[key] = _resolved(values.get(key, f.default), base)
     obj = cls(**values)
     check = getattr(obj, "validate", None)
     if check is not None:

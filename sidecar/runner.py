@@ -76,10 +76,10 @@ def _open_ledger(config: Config) -> Any:
     of its own, and the previous run's is moved aside (to ``*.previous``),
     never deleted.
     """
-    from ledger.settings import embedded_ledger_path, resolve_ledger_path
+    from ledger.settings import embedded_ledger_path, ledger_path
     from ledger.store import Ledger
 
-    path = resolve_ledger_path(config.ledger, config.source)
+    path = ledger_path(config.ledger)
     if path is None:
         return None
     if config.chain.mode in ("model", "devnet"):

@@ -203,3 +203,20 @@ def test_key_env_names_a_variable_and_chain_id_has_no_spaces() -> None:
         load_config(overrides={"chain": {"chain_id": "m" * 51}})
     with pytest.raises(ConfigError, match=r"\[node\] fee_denom: 'u' is not a Cosmos denom"):
         load_config(overrides={"node": {"fee_denom": "u"}})
+
+
+def test_every_path_resolves_against_the_config_files_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = elsewhere / "config.toml"
+    path.write_text('[ledger]\npath = "books/l.sqlite"\n[capture]\ndirectory = "caps"\n[node]\nkey_file = "keys/p.key"\n')
+    monkeypatch.chdir(tmp_path)
+    c = load_config(Path("elsewhere/config.toml"))
+    assert c.ledger.path == str(elsewhere / "books" / "l.sqlite")
+    assert c.capture.directory == str(elsewhere / "caps")
+    assert c.node.key_file == str(elsewhere / "keys" / "p.key")
+    # Left at their defaults, they resolve against the file's folder too; "" stays "none".
+    path.write_text('[ledger]\npath = ""\n')
+    c = load_config(path)
+    assert c.capture.directory == str(elsewhere / "captures") and c.ledger.path == "" and c.node.key_file == ""
+    assert load_config(overrides={"ledger": {"path": "~/books.sqlite"}}).ledger.path == str(Path.home() / "books.sqlite")

@@ -66,3 +66,16 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
         assert f"\n    {command} " in out.stdout  # listed with its help line, not just named somewhere
     out = run("run", "--help", cwd=tmp_path)
     assert "--duration" in out.stdout and "--speed" in out.stdout
+
+
+def test_a_run_with_its_config_elsewhere_writes_nothing_where_it_was_started(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    started_in = tmp_path / "checkout"
+    started_in.mkdir()
+    conf = elsewhere / "config.toml"
+    conf.write_text('[chain]\nmode = "model"\n[demo]\nspeed = 1200.0\n[ledger]\npath = "books.sqlite"\n[capture]\ndirectory = "caps"\n')
+    out = run("--config", str(conf), "--duration", "2m", cwd=started_in)
+    assert out.returncode == 0, out.stderr
+    assert list(started_in.iterdir()) == []
+    assert any((elsewhere / "caps").iterdir()) and (elsewhere / "books-embedded.sqlite").exists()
