@@ -145,13 +145,9 @@ def cmd_devnet(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = load(args)
-    print(f"{config.source}: ok")
-    for name, values in config.effective().items():
-        print(f"[{name}]")
-        for key, value in values.items():
-            print(f"  {key} = {value!r}")
-    return 0
+    from sidecar.check_config import check_config
+
+    return check_config(load(args), sys.stdout)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -187,8 +183,9 @@ def parser() -> argparse.ArgumentParser:
     devnet.set_defaults(func=cmd_devnet)
 
     check = sub.add_parser("check-config", help="validate the configuration and print what is in force",
-                           description="Validate the configuration file and print every setting in force "
-                                       "(secrets left out). Exit status 2 on a bad value.")
+                           description="Validate the configuration file, load the provider key the way run does "
+                                       "(permissions, format, BIP-39 checksum), and print every setting in force and "
+                                       "the address the key signs as (never the key). Exit status 2 on a bad value.")
     check.set_defaults(func=cmd_check_config)
 
     from ledger.cli import add_commands as add_ledger_commands

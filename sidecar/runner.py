@@ -215,8 +215,10 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
 
 def _node_chain(config: Config, clock: Clock) -> _Chain:
     from chain.cosmpy_client import CosmpyChainClient
+    from chain.keys import load_configured_key
 
-    client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id)
+    key = load_configured_key(config.node, config.source)
+    client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id, key=key)
     return _Chain(
         client,
         lambda s: ListenerPart(s, config.node.websocket_url, config),

@@ -79,3 +79,19 @@ def test_a_run_with_its_config_elsewhere_writes_nothing_where_it_was_started(tmp
     assert out.returncode == 0, out.stderr
     assert list(started_in.iterdir()) == []
     assert any((elsewhere / "caps").iterdir()) and (elsewhere / "books-embedded.sqlite").exists()
+
+
+def test_run_refuses_an_exposed_key_in_one_line_before_it_creates_a_ledger(tmp_path: Path) -> None:
+    key = tmp_path / "provider.key"
+    key.write_text("economy stock theory fatal elder harbor betray wasp final emotion task crumble\n")
+    key.chmod(0o644)
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        '[chain]\nmode = "node"\nchain_id = "manifest-1"\n[node]\nkey_file = "provider.key"\n'
+        '[ledger]\npath = "books.sqlite"\n[capture]\nenabled = false\n'
+    )
+    out = run("--config", str(conf), "--duration", "1m", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "[node] key_file: key file" in out.stderr and "mode 0644" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "economy" not in out.stderr + out.stdout
+    assert not (tmp_path / "books.sqlite").exists()
