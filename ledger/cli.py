@@ -11,9 +11,10 @@ how an operator runs these commands.
 ``main(argv, load_config)`` runs the same commands on their own (with a
 ``--config`` option), which is how the tests drive them.
 
-Exit status: 0 done; 1 a month failed (``tick``) or the command could not be
-done (the error says why on stderr); 2 bad arguments (a malformed month or
-timestamp shows the expected form); 130 stopped by Ctrl-C between months.
+Exit status: 0 done; 1 a month failed (``tick``: the report says which,
+stderr says why); 2 the command was refused or could not be done (one line
+on stderr says why and what would be right; a malformed month or timestamp
+shows the expected form); 130 stopped by Ctrl-C between months.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ledger.settings import LedgerSettings, embedded_ledger_path, ledger_path
 from ledger.statements import write_csv, write_json
 from ledger.store import Ledger, LedgerError
 from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
+from runtime.cli import Parser, print_error
 
 __all__ = ["add_commands", "main", "format_report", "open_ledger"]
 
@@ -104,13 +106,11 @@ def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argpar
         config = load_config(getattr(args, "config", None))
         ledger = open_ledger(config)
     except (LedgerError, NewerSchemaError, NotALedgerError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return print_error(exc)
     try:
         return handler(args, ledger, config)
     except (LedgerError, MonthBusy, AlreadyMetered, RunFailed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return print_error(exc)
     finally:
         ledger.close()
 
@@ -176,7 +176,7 @@ def _tick(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
         print(f"tick at {iso(now)}")
         print(format_report(report))
     if report.failed:
-        print(f"error: {report.error}", file=sys.stderr)
+        print_error(report.error)
         return 1
     return 130 if report.stopped else 0
 
@@ -227,7 +227,7 @@ def _statement(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
 
 def main(argv: Sequence[str], load_config: LoadConfig) -> int:
     """``[--config FILE] COMMAND ...`` with the given loader: the commands without the rest of ``run.py``."""
-    parser = argparse.ArgumentParser(prog="ledger", description="leasewarden ledger commands")
+    parser = Parser(prog="ledger", description="leasewarden ledger commands")
     parser.add_argument("--config", metavar="FILE", help="config.toml to read (default: built-in defaults)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub, load_config)

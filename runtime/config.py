@@ -183,6 +183,7 @@ def _string(value: Any, max_bytes: int) -> str:
 
 
 def _convert(where: str, annotation: Any, value: Any, meta: dict[str, Any]) -> Any:
+    at = f"{where}: " if where else ""
     try:
         if annotation is timedelta:
             out: Any = parse_duration(value)
@@ -214,20 +215,20 @@ def _convert(where: str, annotation: Any, value: Any, meta: dict[str, Any]) -> A
         else:
             out = value
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{at}{exc}") from None
     if "choices" in meta and out not in meta["choices"]:
-        raise ConfigError(f"{where}: expected one of {', '.join(map(repr, meta['choices']))}, got {shown(out)}")
+        raise ConfigError(f"{at}expected one of {', '.join(map(repr, meta['choices']))}, got {shown(out)}")
     if "min" in meta and out < meta["min"]:
         shown_min = format_duration(meta["min"]) if isinstance(out, timedelta) else meta["min"]
-        raise ConfigError(f"{where}: must be at least {shown_min}, got {shown(value)}")
+        raise ConfigError(f"{at}must be at least {shown_min}, got {shown(value)}")
     if "max" in meta and out > meta["max"]:
         shown_max = format_duration(meta["max"]) if isinstance(out, timedelta) else meta["max"]
-        raise ConfigError(f"{where}: must be at most {shown_max}, got {shown(value)}")
+        raise ConfigError(f"{at}must be at most {shown_max}, got {shown(value)}")
     return out
 
 
 def convert_setting(cls: type, key: str, value: Any, where: str) -> Any:
-    """``value`` read and bounded as ``cls``'s setting ``key`` would be; errors begin with ``where``.
+    """``value`` read and bounded as ``cls``'s setting ``key`` would be; errors begin with ``where`` (if any).
 
     For a command-line flag that overrides a setting (``--speed`` for
     ``[demo] speed``): the flag's error names the flag, not the file.

@@ -125,21 +125,21 @@ def test_meter_writes_the_period_row_and_refuses_a_finalized_month(capsys, confi
     code, out, _ = run(capsys, config, "finalize", "--period", "2026-03")
     assert code == 0 and out.startswith("finalized 2026-03 over run ")
     code, _, err = run(capsys, config, "meter", "--period", "2026-03")
-    assert code == 1
+    assert code == 2
     assert "error: 2026-03 is finalized over run" in err and "never metered again" in err
     code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
-    assert code == 1 and "already finalized" in err
+    assert code == 2 and "already finalized" in err
 
 
 def test_meter_refuses_a_month_that_has_not_ended(capsys, config, books):
     code, _, err = run(capsys, config, "meter", "--period", "2026-04", "--now", "2026-04-15T00:00:00Z")
-    assert code == 1 and "2026-04 has not ended: it ends 2026-05-01T00:00:00Z" in err
+    assert code == 2 and "2026-04 has not ended: it ends 2026-05-01T00:00:00Z" in err
 
 
 def test_finalize_needs_a_completed_run(capsys, config, books):
     run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
     code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
-    assert code == 1 and "no completed run to finalize" in err
+    assert code == 2 and "no completed run to finalize" in err
 
 
 def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
@@ -165,9 +165,9 @@ def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
     ]
 
     code, _, err = run(capsys, config, "statement", "--period", "2026-03", "--tenant", "manifest1nobody")
-    assert code == 1 and "manifest1nobody has nothing in the statement of 2026-03" in err
+    assert code == 2 and "manifest1nobody has nothing in the statement of 2026-03" in err
     code, _, err = run(capsys, config, "statement", "--period", "2026-01")
-    assert code == 1 and "no billing period 2026-01" in err
+    assert code == 2 and "no billing period 2026-01" in err
 
 
 def test_add_commands_plugs_into_another_programs_parser(config, books):
