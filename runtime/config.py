@@ -44,6 +44,7 @@ after importing it, so it sees every section.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import tomllib
@@ -122,16 +123,14 @@ def parse_duration(value: Any) -> timedelta:
 
     At most ``MAX_DURATION``; never negative, never ``nan`` or infinite.
     """
-    if isinstance(value, bool):
-        raise ValueError("expected a duration")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f'expected a duration like "30s", "5m", "1h" or "1h30m", got {shown(value)}')
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"expected a finite duration, got {value!r}")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return _bounded(value * 1000, value)
-    if not isinstance(value, str):
-        raise ValueError("expected a duration")
     text = value.strip().replace(" ", "")
     if text == "0":
         return timedelta(0)
@@ -227,6 +226,12 @@ def _convert(where: str, annotation: Any, value: Any, meta: dict[str, Any]) -> A
     return out
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A section's annotations, evaluated once (each evaluation compiles every one of them)."""
+    return get_type_hints(cls)
+
+
 def convert_setting(cls: type, key: str, value: Any, where: str) -> Any:
     """``value`` read and bounded as ``cls``'s setting ``key`` would be; errors begin with ``where`` (if any).
 
@@ -234,7 +239,7 @@ def convert_setting(cls: type, key: str, value: Any, where: str) -> Any:
     ``[demo] speed``): the flag's error names the flag, not the file.
     """
     meta = dict(next(f for f in dataclasses.fields(cls) if f.name == key).metadata)
-    return _convert(where, get_type_hints(cls)[key], value, meta)
+    return _convert(where, _hints(cls)[key], value, meta)
 
 
 def _base_folder(source: str) -> Path:
@@ -253,7 +258,7 @@ def _resolved(value: str, base: Path) -> str:
 
 def build_section(cls: type[T], raw: dict[str, Any], source: str) -> T:
     name = cls.SECTION  # type: ignore[attr-defined]
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(raw) - set(fields))
     if unknown:
