@@ -372,13 +372,17 @@ class Periods:
             raise LedgerError(f"run {run_id} lost the lock of {month} (reclaimed as dead by another process)")
 
     def complete(self, month: Month, run_id: str, now: datetime, leases: int) -> None:
-        """Inside the caller's transaction: the run is complete (its lock is given back separately)."""
+        """Inside the caller's transaction: the run is complete and the month metered (its lock is given back separately)."""
         self.heartbeat(month, run_id)
         if self.status(month) == "finalized":
             raise MonthFinalized(f"{month} was finalized while run {run_id} metered it")
         self.ledger.conn.execute(
             "UPDATE runs SET status = 'completed', completed_us = ?, leases = ? WHERE id = ? AND status = 'running'",
             (to_us(now), leases, run_id),
+        )
+        self.ledger.conn.execute(
+            "UPDATE billing_periods SET status = 'metered', updated_us = ? WHERE period = ? AND status != 'metered'",
+            (to_us(now), str(month)),
         )
 
     def fail(self, month: Month, run_id: str, now: datetime, error: str) -> None:

@@ -42,6 +42,10 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    #: The migration rebuilds a table that a foreign key points at (SQLite
+    #: cannot change a CHECK in place): it runs with foreign keys off, SQLite's
+    #: own procedure for that, and checks every key before it commits.
+    rebuilds: bool = False
 
 
 _V1 = (
@@ -217,10 +221,34 @@ _V2 = (
     """,
 )
 
+_V3 = (
+    # ``metered`` becomes a status of its own (open -> grace -> metered ->
+    # finalized), so that ``periods`` shows what the tick did; a month that
+    # already has a completed run is metered.
+    """
+    CREATE TABLE billing_periods_v3 (
+        period TEXT PRIMARY KEY,
+        period_from_us INTEGER NOT NULL,
+        period_to_us INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('open', 'grace', 'metered', 'finalized')),
+        finalized_run TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO billing_periods_v3 SELECT period, period_from_us, period_to_us, status, finalized_run, created_us, "
+    "updated_us FROM billing_periods",
+    "DROP TABLE billing_periods",
+    "ALTER TABLE billing_periods_v3 RENAME TO billing_periods",
+    "UPDATE billing_periods SET status = 'metered' WHERE status IN ('open', 'grace') AND EXISTS "
+    "(SELECT 1 FROM runs WHERE runs.period = billing_periods.period AND runs.status = 'completed')",
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
+    Migration(3, "a billing period's status may be metered", _V3, rebuilds=True),
 )
 
 #: The version this build writes.
@@ -296,20 +324,39 @@ def migrate(
     for migration in migrations:
         if migration.version <= found:
             continue
-        conn.execute("BEGIN IMMEDIATE")
+        keys_on = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        if migration.rebuilds:
+            conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: before BEGIN
         try:
-            # Another process may have migrated while we waited for the lock.
-            if current_version(conn) >= migration.version:
-                conn.execute("COMMIT")
-                continue
-            for statement in migration.statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
-                (migration.version, migration.description, now_text()),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            _apply(conn, migration, path, now_text)
+        finally:
+            if migration.rebuilds and keys_on:
+                conn.execute("PRAGMA foreign_keys = ON")
     return current_version(conn)
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration, path: str, now_text: Callable[[], str]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have migrated while we waited for the lock.
+        if current_version(conn) >= migration.version:
+            conn.execute("COMMIT")
+            return
+        for statement in migration.statements:
+            conn.execute(statement)
+        if migration.rebuilds:
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise NotALedgerError(
+                    f"{path}: migration {migration.version} would break {len(broken)} reference(s), e.g. "
+                    f"{broken[0][0]} row {broken[0][1]} -> {broken[0][2]}; the ledger is left at version "
+                    f"{migration.version - 1}"
+                )
+        conn.execute(
+            "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.description, now_text()),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -6,9 +6,13 @@ finalized``:
 
 - a month that has ended and is stored ``open`` (or not stored yet) moves to
   ``grace``, reported as the transition ``"open -> grace"``;
-- in ``grace``, once ``now >= end + grace_hours`` it is metered, unless it
-  already has a completed or finalized run; with ``auto_finalize`` it is then
-  finalized over its latest completed run;
+- in ``grace``, once ``now >= end + grace_hours`` it is metered (a
+  completed run stores it ``metered``), unless it already has a completed
+  or finalized run; with ``auto_finalize`` it is then finalized over its
+  latest completed run;
+- ``metered`` (by the tick, or by ``run.py meter`` by hand), once its grace
+  has passed, it is finalized with ``auto_finalize`` and left for the
+  operator's review without;
 - a finalized month never changes.
 
 Both steps are taken against the status a month is *stored* with, so a month
@@ -130,7 +134,7 @@ class MonthState:
     """A month as stored, reduced to what the step decision reads."""
 
     month: Month
-    #: ``open``, ``grace``, ``finalized``; None when the month has no row yet.
+    #: ``open``, ``grace``, ``metered``, ``finalized``; None when the month has no row yet.
     status: str | None
     #: The latest completed (or finalized) run, None if there is none.
     completed_run: str | None = None
@@ -205,7 +209,7 @@ def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bo
         return Decision(Action.NOTHING)
     if state.status in (None, "open"):
         return Decision(Action.TO_GRACE)
-    if state.status != "grace":
+    if state.status not in ("grace", "metered"):
         raise ValueError(f"billing period {state.month} has unknown status {state.status!r}")
     if now < state.month.end + grace:
         return Decision(Action.WAIT_GRACE)
@@ -369,6 +373,7 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
             row.error = str(exc)
             return
         row.run_id = metered.run_id
+        row.status = "metered"
         if metered.warning:
             _warn(row, metered.warning)
         if decision.then_finalize:

@@ -121,7 +121,7 @@ def test_meter_writes_the_period_row_and_refuses_a_finalized_month(capsys, confi
     code, out, _ = run(capsys, config, "periods")
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("2026-03"))
-    assert "open" in line and "completed" in line
+    assert line.split()[1] == "metered" and "completed" in line
     code, out, _ = run(capsys, config, "finalize", "--period", "2026-03")
     assert code == 0 and out.startswith("finalized 2026-03 over run ")
     code, _, err = run(capsys, config, "meter", "--period", "2026-03")

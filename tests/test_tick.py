@@ -138,7 +138,7 @@ def test_metered_once_grace_has_passed_then_left_alone(periods, execute):
     row = only(tick(periods, clock.now(), options(execute)))
     assert row.run_id and not row.finalized and not row.error
     assert [r.status for r in periods.runs(MAR)] == ["completed"]
-    assert periods.status(MAR) == "grace"  # finalized only when asked
+    assert periods.status(MAR) == "metered" and row.status == "metered"  # finalized only when asked
 
     clock.advance(timedelta(hours=1))
     row = only(tick(periods, clock.now(), options(execute)))
@@ -153,7 +153,7 @@ def test_finalize_only_when_asked(periods, execute):
     metered = only(tick(periods, clock.now(), options(execute))).run_id
     clock.advance(timedelta(hours=1))
     assert not only(tick(periods, clock.now(), options(execute))).finalized
-    assert periods.status(MAR) == "grace"
+    assert periods.status(MAR) == "metered"
 
     # auto_finalize turned on later: finalized over the run that is there, no new run.
     clock.advance(timedelta(hours=1))
@@ -366,5 +366,9 @@ def test_decide_is_pure_and_follows_the_stored_status():
     assert decide(MonthState(MAR, "finalized", completed_run="r"), now, grace, True).action is Action.NOTHING
     held = decide(MonthState(MAR, "grace", failures=3, last_failure_at=now - timedelta(hours=1)), now, grace, False)
     assert held.action is Action.HELD_BACK and held.retry_after == now + timedelta(hours=1)
+    assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, True).action is Action.FINALIZE
+    assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, False).action is Action.NOTHING
+    # Metered by hand inside the grace window: not finalized before the window has passed.
+    assert decide(MonthState(MAR, "metered", completed_run="r"), MAR.end, grace, True).action is Action.WAIT_GRACE
     with pytest.raises(ValueError, match="unknown status"):
-        decide(MonthState(MAR, "metered"), now, grace, False)
+        decide(MonthState(MAR, "reviewed"), now, grace, False)
