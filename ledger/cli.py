@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 from ledger.metering import meter_month
+from ledger.identity import IdentityMismatch
 from ledger.periods import INSTANT_FORM, MONTH_FORM, Month, PeriodError, iso, parse_instant, parse_month
 from ledger.runs import Periods
 from ledger.schema import NewerSchemaError, NotALedgerError
@@ -98,14 +99,17 @@ def open_ledger(config: Any) -> Ledger:
         raise LedgerError("[ledger] path is empty: no ledger is kept, so there is nothing to bill")
     if config.chain.mode in ("model", "devnet"):
         path = embedded_ledger_path(path)
-    return Ledger.open(path, config.provider.uuid, synchronous=settings.synchronous)
+    # No key is loaded here: the chain and the provider are compared, the signer is not.
+    return Ledger.open(
+        path, config.provider.uuid, synchronous=settings.synchronous, chain_id=config.chain.chain_id, create=False
+    )
 
 
 def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argparse.Namespace, load_config: LoadConfig) -> int:
     try:
         config = load_config(getattr(args, "config", None))
         ledger = open_ledger(config)
-    except (LedgerError, NewerSchemaError, NotALedgerError, ValueError) as exc:
+    except (LedgerError, NewerSchemaError, NotALedgerError, IdentityMismatch, ValueError) as exc:
         return print_error(exc)
     try:
         return handler(args, ledger, config)

@@ -244,11 +244,26 @@ _V3 = (
     "(SELECT 1 FROM runs WHERE runs.period = billing_periods.period AND runs.status = 'completed')",
 )
 
+_V4 = (
+    # Whose books these are (ledger/identity.py): one row, written at the
+    # first sidecar start, compared at every later one.
+    """
+    CREATE TABLE ledger_identity (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        chain_id TEXT NOT NULL,
+        provider_uuid TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        created_us INTEGER NOT NULL
+    )
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
     Migration(3, "a billing period's status may be metered", _V3, rebuilds=True),
+    Migration(4, "the chain, provider and signer whose books these are", _V4),
 )
 
 #: The version this build writes.

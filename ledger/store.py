@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 import sqlite_utils
 
 from ledger.periods import Month, from_us, iso, to_us
+from ledger.identity import LedgerIdentity, check_identity
 from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
 from messages.chain import Lease
 from messages.codec import CodecError, decode, encode
@@ -70,6 +71,18 @@ _ENDED_STATES = ("CLOSED", "EXPIRED", "REJECTED")
 
 class LedgerError(RuntimeError):
     """A ledger operation that cannot be done; the message says why and what to do."""
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on an autocommit connection (before the ``Ledger`` around it exists)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class Precision(IntEnum):
@@ -214,15 +227,30 @@ class Ledger:
         busy_timeout: float = BUSY_TIMEOUT_S,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         synchronous: str = "full",
+        chain_id: str = "",
+        signer: str = "",
+        create: bool = True,
     ) -> "Ledger":
         """Open (creating and migrating as needed) the ledger at ``path``.
 
         ``synchronous``: ``full`` (a commit survives a power cut) or ``normal``
         (a commit survives the process being killed; faster).
+
+        ``chain_id`` and ``signer``: whose books these must be, with
+        ``provider_uuid`` (``ledger.identity``); a ledger of another is
+        refused with ``IdentityMismatch``. Given a ``signer`` (the sidecar,
+        which holds the key), a ledger without an identity is given this one.
+        ``create=False``: a missing file is an error (the commands read books,
+        the sidecar makes them).
         """
         if synchronous not in _SYNCHRONOUS:
             raise LedgerError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         path = Path(path)
+        if not create and str(path) != ":memory:" and not path.exists():
+            raise LedgerError(
+                f"{path}: no ledger here yet; the sidecar creates it at its first start (python run.py), "
+                f"or set [ledger] path to the ledger the sidecar writes"
+            )
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -242,6 +270,11 @@ class Ledger:
             conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, str(path), lambda: iso(datetime.fromtimestamp(wall(), timezone.utc)), migrations)
+            with _immediate(conn):
+                check_identity(
+                    conn, str(path), LedgerIdentity(chain_id, provider_uuid, signer),
+                    record=bool(signer), now_us=int(wall() * 1_000_000),
+                )
         except BaseException:
             conn.close()
             raise

@@ -13,6 +13,7 @@ import sqlite3
 
 from capture.errors import CaptureError
 from chain.keys import KeyLoadError
+from ledger.identity import IdentityMismatch
 from ledger.periods import PeriodError
 from ledger.schema import NewerSchemaError, NotALedgerError
 from ledger.store import LedgerError
@@ -27,6 +28,7 @@ OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
     KeyLoadError,
     LedgerError,
+    IdentityMismatch,
     NewerSchemaError,
     NotALedgerError,
     PeriodError,

@@ -27,6 +27,11 @@ def check(capsys: pytest.CaptureFixture[str], config: Path) -> tuple[int, str, s
     return code, out, err
 
 
+def key_line(out: str) -> str:
+    (line,) = [line for line in out.splitlines() if line.startswith("provider key: ")]
+    return line
+
+
 def key_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
     path = tmp_path / "provider.key"
     path.write_text(text + "\n")
@@ -38,7 +43,7 @@ def test_a_good_key_file_prints_its_address_and_never_the_key(tmp_path, capsys) 
     key_file(tmp_path, MNEMONIC)
     code, out, err = check(capsys, node_config(tmp_path, 'key_file = "provider.key"'))
     assert code == 0, err
-    assert out.splitlines()[-1] == (
+    assert key_line(out) == (
         f"provider key: key file {tmp_path / 'provider.key'} (a 24-word BIP-39 mnemonic), signs as {ADDRESS}"
     )
     for word in ("economy", "crumble", "lizard", "stone"):
@@ -52,7 +57,7 @@ def test_a_hex_key_in_the_environment_prints_its_address(tmp_path, capsys, monke
     monkeypatch.setenv("LW_CHECK_KEY", key.signer.private_key_hex)
     code, out, _ = check(capsys, node_config(tmp_path, 'key_env = "LW_CHECK_KEY"'))
     assert code == 0
-    assert out.splitlines()[-1] == f"provider key: environment variable LW_CHECK_KEY (a hex private key), signs as {key.address}"
+    assert key_line(out) == f"provider key: environment variable LW_CHECK_KEY (a hex private key), signs as {key.address}"
     assert key.signer.private_key_hex not in out
 
 
@@ -87,4 +92,4 @@ def test_a_key_run_would_refuse_is_one_line_and_exit_2(tmp_path, capsys, monkeyp
 def test_on_an_embedded_chain_no_key_file_is_read(capsys) -> None:
     code, out, _ = check(capsys, Path(run.DEFAULT_CONFIG))
     assert code == 0
-    assert out.splitlines()[-1].startswith("provider key: the embedded chain's own")
+    assert key_line(out).startswith("provider key: the embedded chain's own")
