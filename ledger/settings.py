@@ -35,6 +35,10 @@ class LedgerSettings:
         timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1),
         max=timedelta(days=1),
     )
+    embedded_keep: int = setting(
+        5, "with an embedded chain: earlier runs' books kept beside the current one (the oldest go)",
+        min=0, max=1000,
+    )
     synchronous: str = setting(
         "full",
         "full: a committed fact survives a power cut; normal: it survives a crash of the process only (faster)",

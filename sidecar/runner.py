@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from typing import Any
@@ -73,8 +72,8 @@ def _open_ledger(config: Config, signer: str) -> Any:
     An embedded chain (model, devnet) lives only as long as this process, so
     books kept for the previous one describe leases that no longer exist:
     restored, they would be metered as if still running. Its ledger is a file
-    of its own, and the previous run's is moved aside (to ``*.previous``),
-    never deleted.
+    of its own, and the previous run's is set aside under a timestamped name,
+    the last ``[ledger] embedded_keep`` kept (``ledger.embedded_books``).
 
     The ledger is the books of this chain, provider and ``signer``: a ledger
     of another is refused (``ledger.identity``).
@@ -86,13 +85,10 @@ def _open_ledger(config: Config, signer: str) -> Any:
     if path is None:
         return None
     if config.chain.mode in ("model", "devnet"):
+        from ledger.embedded_books import set_aside
+
         path = embedded_ledger_path(path)
-        if path.exists():
-            for suffix in ("", "-wal", "-shm"):
-                old = Path(f"{path}{suffix}")
-                if old.exists():
-                    old.replace(Path(f"{path.with_suffix('.previous' + path.suffix)}{suffix}"))
-            logger.info("the previous embedded chain's ledger was moved to %s", path.with_suffix(".previous" + path.suffix))
+        set_aside(path, config.ledger.embedded_keep)
     return Ledger.open(
         path, config.provider.uuid, synchronous=config.ledger.synchronous, chain_id=config.chain.chain_id,
         signer=signer,
