@@ -151,7 +151,7 @@ def format_report(report: Report) -> str:
     for r in rows:
         lines.append("  ".join(r[i].ljust(widths[i]) for i in keep).rstrip())
     if not rows:
-        lines.append("(no month has ended yet)")
+        lines.append("(no month to walk: none has ended since the first fact of the books)")
     if report.stopped:
         lines.append("stopped before every month was walked")
     return "\n".join(lines)

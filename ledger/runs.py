@@ -50,6 +50,7 @@ __all__ = [
     "LockInfo",
     "MonthFinalized",
     "MonthNotEnded",
+    "BeforeTheBooks",
     "lock_is_live",
     "pid_running",
 ]
@@ -67,6 +68,10 @@ class MonthFinalized(LedgerError):
 
 class MonthNotEnded(LedgerError):
     """A month that has not ended cannot be metered."""
+
+
+class BeforeTheBooks(LedgerError):
+    """A month before the ledger's first fact: nothing of it is in these books."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,11 @@ class Periods:
         self.pid_alive = pid_alive
 
     # -- reading ---------------------------------------------------------------------
+    def first_fact(self) -> Month | None:
+        """The month of the ledger's first fact (None: no fact yet)."""
+        at = self.ledger.first_fact_at()
+        return Month.of(at) if at is not None else None
+
     def earliest(self) -> Month | None:
         with self.ledger.read() as c:
             row = c.execute("SELECT MIN(period) FROM billing_periods").fetchone()
@@ -335,6 +345,13 @@ class Periods:
         """
         if now < month.end:
             raise MonthNotEnded(f"{month} has not ended: it ends {iso(month.end)}; meter it after that")
+        first = self.ledger.first_fact_at()
+        if first is None or month < Month.of(first):
+            since = f"its first fact is of {iso(first)}" if first else "it holds no fact yet"
+            raise BeforeTheBooks(
+                f"{month} is before anything in the ledger {self.ledger.path} ({since}): metering it would "
+                f"write a statement of nothing; meter a month from {Month.of(first) if first else 'the first fact'} on"
+            )
         run_id = str(uuidlib.uuid4())
         with self.ledger.transaction() as c:
             self._ensure(month, now)

@@ -527,6 +527,24 @@ class Ledger:
         self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
 
     # -- reading -------------------------------------------------------------------------
+    def first_fact_at(self) -> datetime | None:
+        """The earliest instant any billing fact of these books is about (None: no fact yet).
+
+        A lease's start counts even where it was recorded later: its accrual
+        from then on is in the books. Nothing of a month before this instant
+        is, so no month before it is ever metered or stored.
+        """
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT MIN(t) FROM ("
+                " SELECT MIN(MIN(first_seen_us, COALESCE(active_from_us, first_seen_us))) AS t FROM leases"
+                " UNION ALL SELECT MIN(at_us) FROM lease_events"
+                " UNION ALL SELECT MIN(at_us) FROM settlements"
+                " UNION ALL SELECT MIN(at_us) FROM withdrawals"
+                " UNION ALL SELECT MIN(at_us) FROM closures)"
+            ).fetchone()
+        return from_us(row[0]) if row and row[0] is not None else None
+
     def withdraw_lookups(self) -> list[WithdrawLookupOpened]:
         """The withdraw txs still being looked up, oldest first, to go on at start."""
         with self._lock:

@@ -20,12 +20,15 @@ that has just ended moves into grace on one tick and is metered on a later
 one (at an hourly tick that costs an hour), and a tick meters a month at most
 once.
 
-The walk starts at the earliest stored billing period (none stored: only the
-month before ``now``) and ends at the last month that has ended. It is
-capped at ``MAX_TICK_MONTHS``: nothing bounds how old the earliest row is,
-and a walk of thousands of months is a tick that never ends. The months left
-out are counted on the oldest month walked, so they are never dropped
-without a trace (``run.py meter --period`` bills them).
+The walk starts at the earliest stored billing period and ends at the last
+month that has ended. With none stored it starts at the month of the
+ledger's first fact, and with no fact at all it walks nothing: a month
+before anything the books hold would be a period of nothing (a ``--now``
+years back once wrote one that every later tick walked from). It is capped
+at ``MAX_TICK_MONTHS``: nothing bounds how old the earliest row is, and a
+walk of thousands of months is a tick that never ends. The months left out
+are counted on the oldest month walked, so they are never dropped without a
+trace (``run.py meter --period`` bills them).
 
 A month whose runs keep failing waits (``backoff``) and one failing month does
 not stop the walk: one month nothing prices must not keep the rest from
@@ -150,6 +153,10 @@ class PeriodBook(Protocol):
     """The stored billing periods and runs, as the tick reads and moves them."""
 
     def earliest(self) -> Month | None: ...
+
+    def first_fact(self) -> Month | None:
+        """The month of the ledger's first fact, None when it holds none."""
+        ...
 
     def reclaim_stale(self, month: Month, now: datetime) -> list[str]:
         """Mark runs of ``month`` left running by a dead process failed; describe each."""
@@ -307,10 +314,17 @@ class _Stop(Protocol):
     def is_set(self) -> bool: ...
 
 
-def walk(earliest: Month | None, now: datetime) -> tuple[list[Month], int]:
-    """The months a tick at ``now`` walks, oldest first, and how many older ones it leaves out."""
+def walk(earliest: Month | None, first_fact: Month | None, now: datetime) -> tuple[list[Month], int]:
+    """The months a tick at ``now`` walks, oldest first, and how many older ones it leaves out.
+
+    ``earliest``: the earliest stored period; ``first_fact``: the month of the ledger's first fact.
+    """
     last = Month.of(now).previous()
-    first = earliest if earliest is not None and earliest <= last else last
+    first = earliest if earliest is not None else first_fact
+    if first is None:  # no period, no fact: nothing to bill
+        return [], 0
+    # Empty where the first month has not ended (a period or a first fact of
+    # the month under way): the month before it is never walked.
     months = list(first.until(last))
     skipped = max(0, len(months) - MAX_TICK_MONTHS)
     return months[skipped:], skipped
@@ -320,7 +334,8 @@ def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None =
     """Walk the months that have ended and move each one step. ``now`` is an argument."""
     if now.tzinfo is None:
         raise ValueError("tick: now must be timezone-aware (UTC)")
-    months, skipped = walk(book.earliest(), now)
+    first_fact = book.first_fact()
+    months, skipped = walk(book.earliest(), first_fact, now)
     report = Report()
     grace = timedelta(hours=options.grace_hours)
     for i, month in enumerate(months):
@@ -329,6 +344,12 @@ def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None =
             break
         row = MonthReport(month=str(month), skipped_before=skipped if i == 0 else 0)
         report.months.append(row)
+        if first_fact is None or month < first_fact:
+            # A period stored before the books' first fact (an older build's
+            # tick): nothing of it is in the ledger, so nothing is written.
+            row.status = "before the books"
+            _warn(row, f"before the ledger's first fact ({first_fact or 'none yet'}): nothing to meter, left as it is")
+            continue
         try:
             _step(book, month, now, grace, options, row)
         except Exception as exc:  # one month's failure must not end the walk

@@ -72,7 +72,9 @@ def test_tick_moves_then_meters_and_prints_a_table(capsys, config, books):
     code, out, _ = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z", "--json")
     assert code == 0
     report = json.loads(out)
-    (march,) = report["months"]
+    # None stored: the walk starts at the month of the first fact (la's start, 2026-02-01).
+    february, march = report["months"]
+    assert february["month"] == "2026-02" and february["run_id"]
     assert march["month"] == "2026-03" and march["run_id"] and not march["finalized"] and march["error"] == ""
 
 
@@ -197,3 +199,18 @@ def test_on_an_embedded_chain_the_commands_read_its_own_books(capsys, tmp_path):
     lg.close()
     code, out, _ = run(capsys, config, "periods")
     assert code == 0 and "2026-02" in out and "grace" in out
+
+
+def test_meter_of_a_month_before_any_fact_is_refused(capsys, config, books):
+    code, _, err = run(capsys, config, "meter", "--period", "2025-06", "--now", "2026-04-01T00:00:00Z")
+    assert code == 2
+    assert "2025-06 is before anything in the ledger" in err and "its first fact is of 2026-02-01T00:00:00Z" in err
+    code, out, _ = run(capsys, config, "periods")
+    assert "2025-06" not in out
+
+
+def test_tick_years_back_writes_no_period(capsys, config, books):
+    code, out, _ = run(capsys, config, "tick", "--now", "2020-01-01T00:00:00Z")
+    assert code == 0 and "(no month to walk: none has ended since the first fact of the books)" in out
+    code, out, _ = run(capsys, config, "periods")
+    assert "no billing period stored yet" in out
