@@ -11,6 +11,12 @@ how an operator runs these commands.
 ``main(argv, load_config)`` runs the same commands on their own (with a
 ``--config`` option), which is how the tests drive them.
 
+A command that writes (``tick``, ``meter``, ``finalize``) takes ``--now``
+in the past, but in the future of this machine's clock only with
+``--dry-run``: a tick dated next month would meter this month before it has
+ended and let it be finalized. ``--dry-run`` runs the command on a copy of
+the ledger in memory and prints what it would do; the file is not written.
+
 Exit status: 0 done; 1 a month failed (``tick``: the report says which,
 stderr says why); 2 the command was refused or could not be done (one line
 on stderr says why and what would be right; a malformed month or timestamp
@@ -38,9 +44,11 @@ from ledger.store import Ledger, LedgerError
 from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
 from runtime.cli import Parser, print_error
 
-__all__ = ["add_commands", "main", "format_report", "open_ledger"]
+__all__ = ["add_commands", "main", "format_report", "open_ledger", "command_time"]
 
 LoadConfig = Callable[[Any], Any]
+#: A command: its arguments, the ledger, the configuration and the time it runs at.
+Handler = Callable[[argparse.Namespace, Ledger, Any, datetime], int]
 
 
 def _month_arg(text: str) -> Month:
@@ -60,25 +68,30 @@ def _instant_arg(text: str) -> datetime:
 def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
     """Add the ledger's subcommands to ``subparsers`` (from ``parser.add_subparsers()``)."""
 
-    def command(name: str, help: str, handler: Callable[[argparse.Namespace, Ledger, Any], int]) -> argparse.ArgumentParser:
+    def command(name: str, help: str, handler: Handler) -> argparse.ArgumentParser:
         p = subparsers.add_parser(name, help=help, description=help)
         p.set_defaults(func=lambda args: _run(handler, args, load_config))
         return p
 
+    def writes(p: argparse.ArgumentParser, now_help: str) -> None:
+        p.add_argument("--now", type=_instant_arg, metavar="ISO-8601", help=now_help)
+        p.add_argument("--dry-run", action="store_true",
+                       help="do it on a copy of the ledger in memory and print what it would do; nothing is "
+                            "written (needed for a --now after this machine's clock)")
+
     p = command("tick", "walk the billing months that have ended and move each one step", _tick)
-    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601",
-                   help=f"the time to tick at ({INSTANT_FORM}); default: now")
+    writes(p, f"the time to tick at ({INSTANT_FORM}); default: now; later than now only with --dry-run")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
 
     p = command("meter", "meter one billing month now (writes its period row if missing)", _meter)
     p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
-    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601", help=argparse.SUPPRESS)
+    writes(p, argparse.SUPPRESS)
 
     command("periods", "list the stored billing months, their status and latest run", _periods)
 
     p = command("finalize", "finalize a month over its latest completed run; it never changes again", _finalize)
     p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
-    p.add_argument("--now", type=_instant_arg, metavar="ISO-8601", help=argparse.SUPPRESS)
+    writes(p, argparse.SUPPRESS)
 
     p = command("statement", "print a month's statement per tenant", _statement)
     p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
@@ -105,23 +118,41 @@ def open_ledger(config: Any) -> Ledger:
     )
 
 
-def _run(handler: Callable[[argparse.Namespace, Ledger, Any], int], args: argparse.Namespace, load_config: LoadConfig) -> int:
+def _run(handler: Handler, args: argparse.Namespace, load_config: LoadConfig) -> int:
+    dry_run = getattr(args, "dry_run", False)
     try:
+        # The edge of the program: the one place the wall clock is read.
+        now = command_time(getattr(args, "now", None), datetime.now(timezone.utc), dry_run)
         config = load_config(getattr(args, "config", None))
         ledger = open_ledger(config)
     except (LedgerError, NewerSchemaError, NotALedgerError, IdentityMismatch, ValueError) as exc:
         return print_error(exc)
+    path = ledger.path
+    if dry_run:
+        ledger = ledger.copied_into_memory()
     try:
-        return handler(args, ledger, config)
+        return handler(args, ledger, config, now)
     except (LedgerError, MonthBusy, AlreadyMetered, RunFailed) as exc:
         return print_error(exc)
     finally:
         ledger.close()
+        if dry_run:
+            print(f"dry run at {iso(now)}: nothing was written to {path}", file=sys.stderr)
 
 
-def _wall_now(args: argparse.Namespace) -> datetime:
-    # The edge of the program: the one place the wall clock is read.
-    return getattr(args, "now", None) or datetime.now(timezone.utc)
+def command_time(asked: datetime | None, wall: datetime, dry_run: bool) -> datetime:
+    """The time a command runs at: ``--now`` (``asked``) or the wall clock.
+
+    A ``--now`` after the wall clock is refused unless nothing is written.
+    """
+    if asked is None:
+        return wall
+    if asked > wall and not dry_run:
+        raise LedgerError(
+            f"--now {iso(asked)} is after this machine's clock ({iso(wall.replace(microsecond=0))}): at that time "
+            f"months that have not ended yet would be billed; add --dry-run to see what it would do (nothing is written)"
+        )
+    return asked
 
 
 _COLUMNS = ("month", "status", "transition", "run", "finalized", "retry after", "failures", "skipped before", "warning", "error")
@@ -157,9 +188,8 @@ def format_report(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _tick(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+def _tick(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
     settings: LedgerSettings = config.ledger
-    now = _wall_now(args)
     stop = threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -185,15 +215,15 @@ def _tick(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
     return 130 if report.stopped else 0
 
 
-def _meter(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
-    result = meter_month(ledger, args.period, _wall_now(args))
+def _meter(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
+    result = meter_month(ledger, args.period, now)
     print(f"metered {args.period}: run {result.run_id}, {result.leases} leases, {result.tenants} tenants")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
     return 0
 
 
-def _periods(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
     rows = [("month", "status", "runs", "latest run", "latest status", "at", "error")]
     for p in Periods(ledger).list():
         latest = p.latest_run
@@ -217,13 +247,13 @@ def _periods(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
     return 0
 
 
-def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
-    run_id = Periods(ledger).finalize(args.period, _wall_now(args))
+def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
+    run_id = Periods(ledger).finalize(args.period, now)
     print(f"finalized {args.period} over run {run_id}")
     return 0
 
 
-def _statement(args: argparse.Namespace, ledger: Ledger, config: Any) -> int:
+def _statement(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
     writer = write_json if args.format == "json" else write_csv
     writer(ledger, args.period, sys.stdout, args.tenant)
     return 0

@@ -280,6 +280,15 @@ class Ledger:
             raise
         return cls(conn, str(path), provider_uuid, wall)
 
+    def copied_into_memory(self) -> "Ledger":
+        """A copy of this ledger in memory, to run a command on that writes nothing here; this one is closed."""
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        with self._lock:
+            self.conn.backup(memory)
+            self.conn.close()
+        memory.execute("PRAGMA foreign_keys = ON")
+        return Ledger(memory, ":memory:", self.provider_uuid, self.wall)
+
     def close(self) -> None:
         with self._lock:
             self.conn.close()

@@ -214,3 +214,40 @@ def test_tick_years_back_writes_no_period(capsys, config, books):
     assert code == 0 and "(no month to walk: none has ended since the first fact of the books)" in out
     code, out, _ = run(capsys, config, "periods")
     assert "no billing period stored yet" in out
+
+
+def _dump(path: Path) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_a_now_after_the_wall_clock_needs_dry_run_and_then_writes_nothing(capsys, config, books):
+    from datetime import datetime, timedelta, timezone
+
+    from ledger.periods import iso
+
+    later = iso((datetime.now(timezone.utc) + timedelta(days=40)).replace(microsecond=0))
+    before = _dump(books)
+    for argv in (("tick", "--now", later), ("meter", "--period", "2026-03", "--now", later),
+                 ("finalize", "--period", "2026-03", "--now", later)):
+        code, out, err = run(capsys, config, *argv)
+        assert code == 2 and out == ""
+        assert f"error: --now {later} is after this machine's clock" in err and "add --dry-run" in err
+    code, out, err = run(capsys, config, "tick", "--now", later, "--dry-run", "--json")
+    assert code == 0
+    report = json.loads(out)  # the note goes to stderr: stdout stays JSON
+    assert [m["month"] for m in report["months"]][:2] == ["2026-02", "2026-03"]
+    assert f"dry run at {later}: nothing was written to {books}" in err
+    assert _dump(books) == before
+
+
+def test_a_dry_run_meters_and_finalizes_a_copy(capsys, config, books):
+    before = _dump(books)
+    code, out, err = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z", "--dry-run")
+    assert code == 0 and out.startswith("metered 2026-03: run ") and "nothing was written" in err
+    assert _dump(books) == before
