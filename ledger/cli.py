@@ -30,7 +30,7 @@ import json
 import signal
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
 from ledger.metering import meter_month
@@ -41,8 +41,9 @@ from ledger.schema import NewerSchemaError, NotALedgerError
 from ledger.settings import LedgerSettings, embedded_ledger_path, ledger_path
 from ledger.statements import write_csv, write_json
 from ledger.store import Ledger, LedgerError
-from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, tick
+from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, finalize_refusal, tick
 from runtime.cli import Parser, print_error
+from runtime.key_material import looks_like_key, shown
 
 __all__ = ["add_commands", "main", "format_report", "open_ledger", "command_time"]
 
@@ -63,6 +64,17 @@ def _instant_arg(text: str) -> datetime:
         return parse_instant(text)
     except PeriodError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _reason_arg(text: str) -> str:
+    reason = text.strip()
+    if not reason:
+        raise argparse.ArgumentTypeError("expected a reason, e.g. \"books reviewed, tenant asked for the invoice\"")
+    if looks_like_key(reason) or not reason.isprintable() or len(reason.encode()) > 256:
+        raise argparse.ArgumentTypeError(
+            f"expected one line of printable text of at most 256 bytes (and no key), got {shown(reason)}"
+        )
+    return reason
 
 
 def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
@@ -91,6 +103,9 @@ def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
 
     p = command("finalize", "finalize a month over its latest completed run; it never changes again", _finalize)
     p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
+    p.add_argument("--force", type=_reason_arg, metavar="REASON",
+                   help="finalize a month that has ended before its grace window has passed; the reason is kept "
+                        "in the ledger (at most 256 bytes of printable text)")
     writes(p, argparse.SUPPRESS)
 
     p = command("statement", "print a month's statement per tenant", _statement)
@@ -220,13 +235,22 @@ def _meter(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime)
     print(f"metered {args.period}: run {result.run_id}, {result.leases} leases, {result.tenants} tenants")
     if result.warning:
         print(f"warning: {result.warning}", file=sys.stderr)
+    early = finalize_refusal(args.period, now, _grace(config))
+    if early:
+        print(f"warning: {early}; meter it again after that to bill them", file=sys.stderr)
     return 0
 
 
+def _grace(config: Any) -> timedelta:
+    return timedelta(hours=config.ledger.grace_hours)
+
+
 def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
-    rows = [("month", "status", "runs", "latest run", "latest status", "at", "error")]
-    for p in Periods(ledger).list():
+    rows = [("month", "status", "runs", "latest run", "latest status", "at", "error", "note")]
+    periods = Periods(ledger)
+    for p in periods.list():
         latest = p.latest_run
+        forced = periods.forced_reason(parse_month(p.period)) if p.status == "finalized" else ""
         rows.append(
             (
                 p.period,
@@ -236,6 +260,7 @@ def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetim
                 latest.status if latest else "",
                 iso(latest.completed or latest.started) if latest else "",
                 latest.error if latest else "",
+                f"finalized before its grace had passed: {forced}" if forced else "",
             )
         )
     if len(rows) == 1:
@@ -248,8 +273,19 @@ def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetim
 
 
 def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
-    run_id = Periods(ledger).finalize(args.period, now)
-    print(f"finalized {args.period} over run {run_id}")
+    month = args.period
+    refusal = finalize_refusal(month, now, _grace(config))
+    if refusal and now < month.end:
+        raise LedgerError(f"{refusal}; it can be finalized once it has ended and been metered")
+    if refusal and not args.force:
+        raise LedgerError(
+            f"{refusal}; finalize it after that, or now with --force REASON (the reason is kept in the ledger)"
+        )
+    forced = args.force if refusal else ""
+    run_id = Periods(ledger).finalize(month, now, forced_reason=forced or "")
+    print(f"finalized {month} over run {run_id}" + (f", before its grace had passed: {forced}" if forced else ""))
+    if args.force and not refusal:
+        print(f"note: {month}'s grace window had passed: --force was not needed, no reason kept", file=sys.stderr)
     return 0
 
 

@@ -271,8 +271,18 @@ class Periods:
             )
             return cur.rowcount == 1
 
-    def finalize(self, month: Month, now: datetime, run_id: str | None = None) -> str:
-        """Finalize ``month`` over ``run_id`` (default: its latest completed run). Returns the run."""
+    def forced_reason(self, month: Month) -> str:
+        """The reason ``month`` was finalized before its grace had passed ("" when it was not)."""
+        with self.ledger.read() as c:
+            row = c.execute("SELECT reason FROM forced_finalizations WHERE period = ?", (str(month),)).fetchone()
+        return row[0] if row else ""
+
+    def finalize(self, month: Month, now: datetime, run_id: str | None = None, *, forced_reason: str = "") -> str:
+        """Finalize ``month`` over ``run_id`` (default: its latest completed run). Returns the run.
+
+        ``forced_reason``: the operator finalizes before the grace window has
+        passed (the caller has decided it may); kept with the month.
+        """
         with self.ledger.transaction() as c:
             status = self.status(month)
             if status is None:
@@ -300,6 +310,11 @@ class Periods:
                 "UPDATE billing_periods SET status = 'finalized', finalized_run = ?, updated_us = ? WHERE period = ?",
                 (run_id, to_us(now), str(month)),
             )
+            if forced_reason:
+                c.execute(
+                    "INSERT INTO forced_finalizations (period, reason, at_us, owner) VALUES (?, ?, ?, ?)",
+                    (str(month), forced_reason, to_us(now), f"{self.host}:{self.pid}"),
+                )
         return run_id
 
     # -- runs and their lock -------------------------------------------------------------------

@@ -258,12 +258,26 @@ _V4 = (
     """,
 )
 
+_V5 = (
+    # A month finalized before its grace window had passed (run.py finalize
+    # --force): the operator's reason, when, and by which process.
+    """
+    CREATE TABLE forced_finalizations (
+        period TEXT PRIMARY KEY REFERENCES billing_periods (period),
+        reason TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        owner TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
     Migration(3, "a billing period's status may be metered", _V3, rebuilds=True),
     Migration(4, "the chain, provider and signer whose books these are", _V4),
+    Migration(5, "the reasons of months finalized before their grace had passed", _V5),
 )
 
 #: The version this build writes.

@@ -65,6 +65,7 @@ __all__ = [
     "Decision",
     "backoff",
     "decide",
+    "finalize_refusal",
     "MonthReport",
     "Report",
     "tick",
@@ -229,6 +230,23 @@ def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bo
         if now < retry_after:
             return Decision(Action.HELD_BACK, retry_after=retry_after, failures=state.failures)
     return Decision(Action.METER, then_finalize=auto_finalize)
+
+
+def finalize_refusal(month: Month, now: datetime, grace: timedelta) -> str:
+    """Why ``month`` may not be finalized at ``now``: "" once it has ended and its grace has passed.
+
+    The tick never finalizes before (``decide``); an operator may, after a
+    month has ended, with a reason (``run.py finalize --force``).
+    """
+    if now < month.end:
+        return f"{month} has not ended: it ends {iso(month.end)}"
+    if now < month.end + grace:
+        return (
+            f"{month} is in its grace window until {iso(month.end + grace)}: facts that arrive late (a "
+            f"reconcile after a websocket gap, the settlement of its last hour) would miss its statement, "
+            f"which never changes once finalized"
+        )
+    return ""
 
 
 # -- the report -------------------------------------------------------------------------

@@ -251,3 +251,36 @@ def test_a_dry_run_meters_and_finalizes_a_copy(capsys, config, books):
     code, out, err = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z", "--dry-run")
     assert code == 0 and out.startswith("metered 2026-03: run ") and "nothing was written" in err
     assert _dump(books) == before
+
+
+def test_finalize_waits_for_the_month_to_end_and_its_grace_to_pass(capsys, config, books):
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-03-20T00:00:00Z", "--force", "why not")
+    assert code == 2 and "2026-03 has not ended: it ends 2026-04-01T00:00:00Z" in err  # --force cannot end a month
+    code, _, err = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T06:00:00Z")
+    assert code == 0 and "warning: 2026-03 is in its grace window until 2026-04-02T00:00:00Z" in err
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-04-01T07:00:00Z")
+    assert code == 2
+    assert "2026-03 is in its grace window until 2026-04-02T00:00:00Z" in err and "--force REASON" in err
+    code, out, _ = run(capsys, config, "periods")
+    assert next(line for line in out.splitlines() if line.startswith("2026-03")).split()[1] == "metered"
+
+
+def test_finalize_with_force_keeps_the_reason_in_the_ledger(capsys, config, books):
+    run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T06:00:00Z")
+    code, out, _ = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-04-01T07:00:00Z",
+                       "--force", "tenant disputes nothing, invoice due today")
+    assert code == 0 and out.endswith("before its grace had passed: tenant disputes nothing, invoice due today\n")
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        assert Periods(lg).forced_reason(Month(2026, 3)) == "tenant disputes nothing, invoice due today"
+        assert lg.conn.execute("SELECT at_us FROM forced_finalizations").fetchone() is not None
+    finally:
+        lg.close()
+    code, out, _ = run(capsys, config, "periods")
+    assert "finalized before its grace had passed: tenant disputes nothing, invoice due today" in out
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "line\nbreak", "x" * 257])
+def test_a_force_reason_must_be_one_printable_line(capsys, config, books, reason):
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--force", reason)
+    assert code == 2 and "argument --force: expected" in err and err.count("\n") == 1
