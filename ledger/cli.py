@@ -108,8 +108,10 @@ def add_commands(subparsers: Any, load_config: LoadConfig) -> None:
                         "in the ledger (at most 256 bytes of printable text)")
     writes(p, argparse.SUPPRESS)
 
-    p = command("statement", "print a month's statement per tenant", _statement)
-    p.add_argument("--period", type=_month_arg, required=True, metavar="YYYY-MM", help=f"the month ({MONTH_FORM})")
+    p = command("statement", "print a month's statement per tenant (the month under way: its figures so far, "
+                             "marked provisional)", _statement)
+    p.add_argument("--period", type=_month_arg, metavar="YYYY-MM",
+                   help=f"the month ({MONTH_FORM}); default: the month under way")
     p.add_argument("--tenant", metavar="ADDR", help="only this tenant (manifest1...)")
     p.add_argument("--format", choices=("csv", "json"), default="csv", help="output format (default csv)")
 
@@ -291,7 +293,14 @@ def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: dateti
 
 def _statement(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
     writer = write_json if args.format == "json" else write_csv
-    writer(ledger, args.period, sys.stdout, args.tenant)
+    month = args.period or Month.of(now)
+    writer(ledger, month, sys.stdout, args.tenant, now=now)
+    if now < month.end:
+        print(
+            f"provisional: {month} has not ended; its figures up to {iso(now.replace(microsecond=0))}, metered by no "
+            f"run (the tick meters it once it has ended and its grace has passed)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -284,3 +284,49 @@ def test_finalize_with_force_keeps_the_reason_in_the_ledger(capsys, config, book
 def test_a_force_reason_must_be_one_printable_line(capsys, config, books, reason):
     code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--force", reason)
     assert code == 2 and "argument --force: expected" in err and err.count("\n") == 1
+
+
+def test_an_unknown_tenant_prints_no_header_before_its_error(capsys, config, books):
+    run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z")
+    for fmt in ("csv", "json"):
+        code, out, err = run(capsys, config, "statement", "--period", "2026-03", "--tenant", "manifest1nobody", "--format", fmt)
+        assert code == 2 and out == ""
+        assert "manifest1nobody has nothing in the statement of 2026-03" in err
+
+
+def test_the_month_under_way_has_a_provisional_statement(capsys, config, books):
+    from datetime import timedelta
+
+    from ledger.statements import statement, write_json
+
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        now = utc(2026, 3, 11, 12)
+        st = statement(lg, Month(2026, 3), now)
+        assert st.provisional_until == now and st.run_id == "" and not st.final
+        groups = {name: (totals, lines) for name, totals, lines in st.groups}
+        seconds = (now - utc(2026, 3, 1)) // timedelta(seconds=1)
+        assert groups[ALICE][0] == [(ALICE, "umfx", 1, str(2 * seconds), "100", str(2 * seconds - 100))]
+        assert BOB not in groups  # his lease starts on the 31st
+        out = io.StringIO()
+        write_json(lg, Month(2026, 3), out, now=now)
+        doc = json.loads(out.getvalue())
+        assert (doc["provisional"], doc["run_id"], doc["as_of"]) == (True, None, "2026-03-11T12:00:00Z")
+        assert lg.conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)  # nothing stored
+    finally:
+        lg.close()
+    # Through the command, on this machine's clock: the month under way by default.
+    lg = Ledger.open(books, PROVIDER)
+    from datetime import datetime, timezone
+
+    month = Month.of(datetime.now(timezone.utc))
+    lg.record(LeasesReconciled(month.start, (Lease("lc", BOB, PROVIDER, (LeaseItem("s", 1, Coin("upwr", 5)),), acknowledged_at=month.start),)))
+    lg.close()
+    code, out, err = run(capsys, config, "statement")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["run_id"] for r in rows} == {"provisional"} and {r["period"] for r in rows} == {str(month)}
+    bob = next(r for r in rows if r["tenant"] == BOB and r["line"] == "total")
+    bob_line = next(r for r in rows if r["tenant"] == BOB and r["line"] == "lease")
+    assert int(bob["accrued"]) == 5 * int(bob_line["seconds"])
+    assert err.startswith(f"provisional: {month} has not ended; its figures up to ")

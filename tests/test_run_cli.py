@@ -36,6 +36,12 @@ def test_the_demo_runs_on_the_model_and_ends_with_a_summary(tmp_path: Path) -> N
     replay = run("--config", str(tmp_path / "config.toml"), "replay", str(tmp_path / "cap"), cwd=tmp_path)
     assert replay.returncode == 0, replay.stdout[-2000:]
     assert "no divergence" in replay.stdout
+    # and the demo ends with a statement: the month under way, so far
+    statement = run("--config", str(tmp_path / "config.toml"), "statement", cwd=tmp_path)
+    assert statement.returncode == 0, statement.stderr
+    rows = statement.stdout.splitlines()
+    assert len(rows) > 1 and all(",provisional,false,manifest1" in row for row in rows[1:])
+    assert statement.stderr.startswith("provisional: ")
 
 
 def test_the_demo_runs_on_the_devnet_through_grpc_and_the_websocket(tmp_path: Path) -> None:
