@@ -2,9 +2,10 @@
 
 Every change to the schema is a new migration appended to ``MIGRATIONS``; a
 shipped migration never changes, so a database is at version N exactly when
-migrations 1..N have run on it. Each migration runs in its own transaction
-together with the row that records it in ``schema_version``, so a crash
-mid-migration leaves the database at the previous version, never between two.
+migrations 1..N have run on it. The pending migrations run in one
+transaction together with the rows that record them in ``schema_version``,
+so a crash mid-migration leaves the database at the version it had, never
+between two (and a new ledger costs one commit, not one per migration).
 
 A database written by a newer build (a version this build has no migration
 for) is refused with an error naming the file and both versions: reading
@@ -350,41 +351,43 @@ def migrate(
         raise
     if found > known:
         raise NewerSchemaError(path, found, known)
-    for migration in migrations:
-        if migration.version <= found:
-            continue
-        keys_on = conn.execute("PRAGMA foreign_keys").fetchone()[0]
-        if migration.rebuilds:
-            conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: before BEGIN
-        try:
-            _apply(conn, migration, path, now_text)
-        finally:
-            if migration.rebuilds and keys_on:
-                conn.execute("PRAGMA foreign_keys = ON")
+    pending = [m for m in migrations if m.version > found]
+    if not pending:
+        return found
+    rebuilds = any(m.rebuilds for m in pending)
+    keys_on = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    if rebuilds:
+        conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: before BEGIN
+    try:
+        _apply(conn, pending, path, now_text)
+    finally:
+        if rebuilds and keys_on:
+            conn.execute("PRAGMA foreign_keys = ON")
     return current_version(conn)
 
 
-def _apply(conn: sqlite3.Connection, migration: Migration, path: str, now_text: Callable[[], str]) -> None:
+def _apply(conn: sqlite3.Connection, pending: list[Migration], path: str, now_text: Callable[[], str]) -> None:
+    """The pending migrations in one transaction: one commit (one fsync) however many there are."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # Another process may have migrated while we waited for the lock.
-        if current_version(conn) >= migration.version:
-            conn.execute("COMMIT")
-            return
-        for statement in migration.statements:
-            conn.execute(statement)
-        if migration.rebuilds:
-            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
-            if broken:
-                raise NotALedgerError(
-                    f"{path}: migration {migration.version} would break {len(broken)} reference(s), e.g. "
-                    f"{broken[0][0]} row {broken[0][1]} -> {broken[0][2]}; the ledger is left at version "
-                    f"{migration.version - 1}"
-                )
-        conn.execute(
-            "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
-            (migration.version, migration.description, now_text()),
-        )
+        for migration in pending:
+            # Another process may have migrated while we waited for the lock.
+            if current_version(conn) >= migration.version:
+                continue
+            for statement in migration.statements:
+                conn.execute(statement)
+            if migration.rebuilds:
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise NotALedgerError(
+                        f"{path}: migration {migration.version} would break {len(broken)} reference(s), e.g. "
+                        f"{broken[0][0]} row {broken[0][1]} -> {broken[0][2]}; the ledger is left at version "
+                        f"{pending[0].version - 1}"
+                    )
+            conn.execute(
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.description, now_text()),
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
