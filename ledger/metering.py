@@ -249,7 +249,9 @@ def meter_month(
             f"the next tick clears it"
         )
     logger.info("metered %s: run %s, %d leases, %d tenants, %d lines", month, run_id, leases, tenants, lines)
-    return MeterResult(run_id=run_id, warning=warning, leases=leases, lines=lines, tenants=tenants)
+    return MeterResult(
+        run_id=run_id, warning=warning, lock_released=not warning, leases=leases, lines=lines, tenants=tenants
+    )
 
 
 class _Unpriced(Exception):

@@ -74,10 +74,11 @@ __all__ = [
 #: The longest walk one tick makes. Three years: an installation down longer
 #: than that has its older months billed by hand (``meter --period``).
 MAX_TICK_MONTHS = 36
-#: Wait before the second retry of a month whose runs fail; doubles per
-#: further failure. The first failure is retried at the next tick: most
+#: Wait after the second failure in a row of a month's runs; doubles per
+#: further failure (2, 4, 8, 16 h, then the cap), as the billing seed's
+#: engine waits. The first failure is retried at the next tick: most
 #: failures (a locked database, a crash mid-run) are gone by then.
-FIRST_RETRY_WAIT = timedelta(hours=1)
+FIRST_RETRY_WAIT = timedelta(hours=2)
 #: A month that keeps failing is still tried once a day, so it is billed as
 #: soon as what broke it is fixed, without an operator re-arming it.
 MAX_RETRY_WAIT = timedelta(hours=24)
@@ -91,9 +92,14 @@ class Metered:
     """What ``Options.execute`` returns: the completed run, and what went wrong beside it."""
 
     run_id: str
-    #: E.g. the run could not give its month's lock back: the run and its
-    #: lines stand, the next tick clears the lock.
+    #: What went wrong beside the run, e.g. it could not give its month's
+    #: lock back: the run and its lines stand, the next tick clears the lock.
     warning: str = ""
+    #: False when the run could not give its month's lock back. The month is
+    #: then not finalized on this tick (finalizing would meet the run's own
+    #: lock and fail a month that was billed): the next tick clears the lock
+    #: and finalizes it, as the seed's engine does.
+    lock_released: bool = True
 
 
 class MonthBusy(Exception):
@@ -197,7 +203,8 @@ class Decision:
 def backoff(failures: int) -> timedelta:
     """How long after its latest failure a month that failed ``failures`` times in a row waits.
 
-    None after the first, then 1 h doubling with each further failure, capped at 24 h.
+    None after the first, then 2 h doubling with each further failure, capped at 24 h:
+    2, 4, 8, 16, 24 h after 2 to 6 failures (the billing seed's schedule).
     """
     if failures <= 1:
         return timedelta(0)
@@ -415,7 +422,9 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
         row.status = "metered"
         if metered.warning:
             _warn(row, metered.warning)
-        if decision.then_finalize:
+        if decision.then_finalize and not metered.lock_released:
+            _warn(row, "finalized on the next tick, once the lock is cleared")
+        elif decision.then_finalize:
             book.finalize(month, now, metered.run_id)
             row.finalized = True
             row.status = "finalized"

@@ -222,7 +222,8 @@ def test_a_tick_meters_a_month_at_most_once_even_when_it_fails(periods, execute)
 
 def test_backoff_schedule():
     assert backoff(1) == timedelta(0)
-    assert [backoff(n) for n in range(2, 8)] == [timedelta(hours=h) for h in (1, 2, 4, 8, 16, 24)]
+    # The billing seed's engine: 2, 4, 8, 16, 24 h after 2 to 6 failures in a row.
+    assert [backoff(n) for n in range(2, 8)] == [timedelta(hours=h) for h in (2, 4, 8, 16, 24, 24)]
     assert backoff(8) == timedelta(hours=24)
     assert backoff(10_000) == timedelta(hours=24)  # no overflow
 
@@ -239,7 +240,7 @@ def test_failing_month_waits_by_the_backoff_schedule(periods, execute):
     assert row.error and row.retry_after is None  # failure 2, tried at once
     second_failure = clock.now()
 
-    expected_waits = [1, 2, 4, 8, 16, 24, 24]
+    expected_waits = [2, 4, 8, 16, 24, 24, 24]
     for n, hours in enumerate(expected_waits, start=2):
         retry_at = periods.runs(MAR)[-1].completed + timedelta(hours=hours)
         clock.advance(timedelta(minutes=1))
@@ -375,7 +376,7 @@ def test_decide_is_pure_and_follows_the_stored_status():
     assert decide(MonthState(MAR, "grace", running_elsewhere="x"), now, grace, False).action is Action.BUSY
     assert decide(MonthState(MAR, "finalized", completed_run="r"), now, grace, True).action is Action.NOTHING
     held = decide(MonthState(MAR, "grace", failures=3, last_failure_at=now - timedelta(hours=1)), now, grace, False)
-    assert held.action is Action.HELD_BACK and held.retry_after == now + timedelta(hours=1)
+    assert held.action is Action.HELD_BACK and held.retry_after == now + timedelta(hours=3)  # 4 h after the third
     assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, True).action is Action.FINALIZE
     assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, False).action is Action.NOTHING
     # Metered by hand inside the grace window: not finalized before the window has passed.
@@ -422,3 +423,24 @@ def test_an_earliest_period_in_the_month_under_way_walks_nothing_before_it(perio
     periods.to_grace(MAR, utc(2026, 3, 10))  # a row of March, written in March
     assert len(tick(periods, utc(2026, 3, 15), options(execute))) == 0
     assert periods.status(FEB) is None
+
+
+def test_a_run_that_cannot_give_its_lock_back_is_finalized_on_the_next_tick(periods, execute, monkeypatch):
+    """The seed's engine: the run and its lines stand, the tick warns, and finalizes on its next walk."""
+    tick(periods, MAR.end, options(execute, auto_finalize=True))
+    real_release = Periods.release
+
+    def stuck(self, month, run_id):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk I/O error")
+
+    monkeypatch.setattr(Periods, "release", stuck)
+    report = tick(periods, MAR.end + timedelta(hours=GRACE), options(execute, auto_finalize=True))
+    row = only(report)
+    assert row.run_id and not row.finalized and row.error == "" and not report.failed
+    assert "could not give the lock of 2026-03 back" in row.warning and "finalized on the next tick" in row.warning
+    assert periods.status(MAR) == "metered" and periods.lock(MAR) is not None
+
+    monkeypatch.setattr(Periods, "release", real_release)
+    row = only(tick(periods, MAR.end + timedelta(hours=GRACE + 1), options(execute, auto_finalize=True)))
+    assert row.finalized and not row.error and periods.status(MAR) == "finalized"
+    assert periods.lock(MAR) is None and len(execute.calls) == 1
