@@ -52,6 +52,19 @@ def _speed(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _real_seconds(duration: timedelta | None, speed: float) -> float | None:
+    """How long to wait for ``--duration`` of simulated time; None: until Ctrl-C.
+
+    Ten years at the slowest speed is longer than a wait can be (an
+    OverflowError): past ``threading.TIMEOUT_MAX`` (292 years) it is waited for
+    as if unbounded.
+    """
+    if duration is None:
+        return None
+    seconds = duration.total_seconds() / speed
+    return None if seconds > threading.TIMEOUT_MAX else seconds
+
+
 class SimTimeFormatter(logging.Formatter):
     """Prefix each line with the clock's (simulated) time: decisions read in chain time."""
 
@@ -115,8 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         running.sidecar.start()
         if running.world is not None:
             running.world.start()
-        wait = None if args.duration is None else args.duration.total_seconds() / speed
-        done.wait(wait)
+        done.wait(_real_seconds(args.duration, speed))
     finally:
         watched = len(running.sidecar.scheduler_core.tenants)
         running.close()
@@ -152,7 +164,7 @@ def cmd_devnet(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
-        done.wait(None if args.duration is None else args.duration.total_seconds() / config.demo.speed)
+        done.wait(_real_seconds(args.duration, config.demo.speed))
     finally:
         world.stop()
         devnet.stop()

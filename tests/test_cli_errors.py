@@ -111,3 +111,13 @@ def test_piping_into_a_reader_that_closes_ends_quietly(tmp_path: Path, command: 
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0
     assert err == ""
+
+
+def test_the_longest_duration_at_the_slowest_speed_is_a_wait_not_an_overflow() -> None:
+    import threading
+    from datetime import timedelta
+
+    assert run._real_seconds(timedelta(days=3650), 0.001) is None  # 3.2e11 s: past what a wait takes
+    assert run._real_seconds(timedelta(minutes=30), 60.0) == 30.0
+    assert run._real_seconds(None, 60.0) is None
+    threading.Event().wait(run._real_seconds(timedelta(seconds=1), 1e5))  # a real wait of 10 us
