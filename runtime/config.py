@@ -111,6 +111,10 @@ MAX_DURATION = timedelta(days=3650)
 #: is at most 4096, and nothing else comes near it.
 MAX_STRING_BYTES = 4096
 
+#: The most entries a list setting holds: a list is a handful of rules (the
+#: devnet's error rates), never a data set.
+MAX_LIST_ITEMS = 100
+
 
 def _bounded(ms: int | float, value: Any) -> timedelta:
     if ms > MAX_DURATION // timedelta(milliseconds=1):
@@ -160,11 +164,11 @@ def format_duration(value: timedelta) -> str:
     return "".join(out)
 
 
-def _string(value: Any, max_bytes: int) -> str:
-    """A setting's string: printable, within ``max_bytes``, not key material."""
+def _string(value: Any, max_bytes: int, path: bool = False) -> str:
+    """A setting's string: printable, within ``max_bytes``, not key material (a path: not all of it)."""
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {shown(value)}")
-    if looks_like_key(value):
+    if looks_like_key(value, whole=path):
         raise ValueError(
             f"{shown(value)}: a key belongs in the file named by [node] key_file (mode 0600) "
             f"or the variable named by [node] key_env, never in a setting"
@@ -204,12 +208,12 @@ def _convert(where: str, annotation: Any, value: Any, meta: dict[str, Any]) -> A
                 raise ValueError(f"expected a number a float holds exactly, got {shown(value)}")
             out = float(value)
         elif annotation is str:
-            out = _string(value, meta.get("max_bytes", MAX_STRING_BYTES))
+            out = _string(value, meta.get("max_bytes", MAX_STRING_BYTES), meta.get("path", False))
         elif annotation == list[str] or annotation == tuple[str, ...]:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"expected a list of strings, got {shown(value)}")
-            if len(value) > meta.get("max_items", 100):
-                raise ValueError(f"expected at most {meta.get('max_items', 100)} entries, got {len(value)}")
+            if len(value) > MAX_LIST_ITEMS:
+                raise ValueError(f"expected at most {MAX_LIST_ITEMS} entries, got {len(value)}")
             out = tuple(_string(v, meta.get("max_bytes", MAX_STRING_BYTES)) for v in value)
         else:
             out = value

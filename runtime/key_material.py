@@ -22,8 +22,8 @@ from typing import Any
 __all__ = ["looks_like_key", "shown", "NOT_SHOWN"]
 
 _HEX_KEY = re.compile(r"(?<![0-9a-fA-F])(?:0[xX])?[0-9a-fA-F]{64}(?![0-9a-fA-F])")
-#: Twelve words, the fewest a BIP-39 mnemonic has; each of BIP-39's lengths.
-_MNEMONIC = re.compile(r"(?<![A-Za-z])[A-Za-z]{3,8}(?:\s+[A-Za-z]{3,8}){11}(?![A-Za-z])")
+#: Twelve words or more: the fewest a BIP-39 mnemonic has, and every longer one.
+_MNEMONIC = re.compile(r"(?<![A-Za-z])[A-Za-z]{3,8}(?:\s+[A-Za-z]{3,8}){11,}(?![A-Za-z])")
 
 #: What stands in a message for a value that looks like key material.
 NOT_SHOWN = "(a value that looks like a private key or a mnemonic: not shown)"
@@ -32,10 +32,17 @@ NOT_SHOWN = "(a value that looks like a private key or a mnemonic: not shown)"
 _SHOWN_CHARS = 80
 
 
-def looks_like_key(value: Any) -> bool:
-    """Whether ``value`` (a string) holds something shaped like a hex key or a mnemonic."""
+def looks_like_key(value: Any, *, whole: bool = False) -> bool:
+    """Whether ``value`` (a string) holds something shaped like a hex key or a mnemonic.
+
+    ``whole``: only when all of it is one (a path may hold 64 hex digits as
+    a folder's name, such as a Docker volume's, and is still a path).
+    """
     if not isinstance(value, str):
         return False
+    if whole:
+        text = value.strip()
+        return bool(_HEX_KEY.fullmatch(text) or _MNEMONIC.fullmatch(text))
     return bool(_HEX_KEY.search(value) or _MNEMONIC.search(value))
 
 

@@ -220,3 +220,10 @@ def test_every_path_resolves_against_the_config_files_folder(tmp_path: Path, mon
     c = load_config(path)
     assert c.capture.directory == str(elsewhere / "captures") and c.ledger.path == "" and c.node.key_file == ""
     assert load_config(overrides={"ledger": {"path": "~/books.sqlite"}}).ledger.path == str(Path.home() / "books.sqlite")
+
+
+def test_a_path_may_hold_a_hex_folder_name_but_not_be_a_key() -> None:
+    volume = f"/var/lib/docker/volumes/{HEX_KEY}/_data/books.sqlite"
+    assert load_config(overrides={"ledger": {"path": volume}}).ledger.path == volume
+    with pytest.raises(ConfigError, match=r"\[node\] key_file: \(a value that looks like a private key"):
+        load_config(overrides={"node": {"key_file": HEX_KEY}})
