@@ -284,7 +284,7 @@ def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: dateti
             f"{refusal}; finalize it after that, or now with --force REASON (the reason is kept in the ledger)"
         )
     forced = args.force if refusal else ""
-    run_id = Periods(ledger).finalize(month, now, forced_reason=forced or "")
+    run_id = Periods(ledger).finalize(month, now, forced_reason=forced)
     print(f"finalized {month} over run {run_id}" + (f", before its grace had passed: {forced}" if forced else ""))
     if args.force and not refusal:
         print(f"note: {month}'s grace window had passed: --force was not needed, no reason kept", file=sys.stderr)

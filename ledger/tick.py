@@ -372,7 +372,7 @@ def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None =
         if first_fact is None or month < first_fact:
             # A period stored before the books' first fact (an older build's
             # tick): nothing of it is in the ledger, so nothing is written.
-            row.status = "before the books"
+            row.status = book.state(month).status or "open"
             _warn(row, f"before the ledger's first fact ({first_fact or 'none yet'}): nothing to meter, left as it is")
             continue
         try:
