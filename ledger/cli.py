@@ -39,7 +39,7 @@ from ledger.periods import INSTANT_FORM, MONTH_FORM, Month, PeriodError, iso, pa
 from ledger.runs import Periods
 from ledger.schema import NewerSchemaError, NotALedgerError
 from ledger.settings import LedgerSettings, embedded_ledger_path, ledger_path
-from ledger.statements import write_csv, write_json
+from ledger.statements import statement, write_csv, write_json
 from ledger.store import Ledger, LedgerError
 from ledger.tick import AlreadyMetered, MonthBusy, Options, Report, RunFailed, finalize_refusal, tick
 from runtime.cli import Parser, print_error
@@ -294,11 +294,13 @@ def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: dateti
 def _statement(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
     writer = write_json if args.format == "json" else write_csv
     month = args.period or Month.of(now)
-    writer(ledger, month, sys.stdout, args.tenant, now=now)
-    if now < month.end:
+    st = statement(ledger, month, now, args.tenant)  # refuses before anything is written
+    writer(st, sys.stdout)
+    until = st.provisional_until
+    if until is not None:
         print(
-            f"provisional: {month} has not ended; its figures up to {iso(now.replace(microsecond=0))}, metered by no "
-            f"run (the tick meters it once it has ended and its grace has passed)",
+            f"provisional: {month} has not ended; its figures up to {iso(until.replace(microsecond=0))}, metered by "
+            f"no run (the tick meters it once it has ended and its grace has passed)",
             file=sys.stderr,
         )
     return 0

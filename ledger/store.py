@@ -543,14 +543,26 @@ class Ledger:
         from then on is in the books. Nothing of a month before this instant
         is, so no month before it is ever metered or stored.
         """
+        return self._fact_time(
+            "MIN", "SELECT MIN(MIN(first_seen_us, COALESCE(active_from_us, first_seen_us))) AS t FROM leases"
+        )
+
+    def last_fact_at(self) -> datetime | None:
+        """The latest instant a billing fact was recorded at (None: no fact yet).
+
+        On an embedded chain the clock runs faster than the wall clock, so this
+        is where the books' own time has got to.
+        """
+        return self._fact_time("MAX", "SELECT MAX(updated_us) AS t FROM leases")
+
+    def _fact_time(self, agg: str, leases: str) -> datetime | None:
         with self._lock:
             row = self.conn.execute(
-                "SELECT MIN(t) FROM ("
-                " SELECT MIN(MIN(first_seen_us, COALESCE(active_from_us, first_seen_us))) AS t FROM leases"
-                " UNION ALL SELECT MIN(at_us) FROM lease_events"
-                " UNION ALL SELECT MIN(at_us) FROM settlements"
-                " UNION ALL SELECT MIN(at_us) FROM withdrawals"
-                " UNION ALL SELECT MIN(at_us) FROM closures)"
+                f"SELECT {agg}(t) FROM ({leases}"
+                f" UNION ALL SELECT {agg}(at_us) FROM lease_events"
+                f" UNION ALL SELECT {agg}(at_us) FROM settlements"
+                f" UNION ALL SELECT {agg}(at_us) FROM withdrawals"
+                f" UNION ALL SELECT {agg}(at_us) FROM closures)"
             ).fetchone()
         return from_us(row[0]) if row and row[0] is not None else None
 

@@ -309,7 +309,7 @@ def test_the_month_under_way_has_a_provisional_statement(capsys, config, books):
         assert groups[ALICE][0] == [(ALICE, "umfx", 1, str(2 * seconds), "100", str(2 * seconds - 100))]
         assert BOB not in groups  # his lease starts on the 31st
         out = io.StringIO()
-        write_json(lg, Month(2026, 3), out, now=now)
+        write_json(statement(lg, Month(2026, 3), now), out)
         doc = json.loads(out.getvalue())
         assert (doc["provisional"], doc["run_id"], doc["as_of"]) == (True, None, "2026-03-11T12:00:00Z")
         assert lg.conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)  # nothing stored
@@ -330,3 +330,19 @@ def test_the_month_under_way_has_a_provisional_statement(capsys, config, books):
     bob_line = next(r for r in rows if r["tenant"] == BOB and r["line"] == "lease")
     assert int(bob["accrued"]) == 5 * int(bob_line["seconds"])
     assert err.startswith(f"provisional: {month} has not ended; its figures up to ")
+
+
+def test_a_provisional_statement_runs_to_the_books_latest_fact_when_their_clock_is_ahead(config, books):
+    """An embedded chain's clock runs faster than the wall: 'so far' is where the books have got to,
+    or a settlement recorded after now would be set against less accrual than it settled."""
+    from ledger.statements import statement
+
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        lg.record(LeaseSettled(utc(2026, 3, 20), "TX2", "la", (Coin("umfx", 50),)))
+        st = statement(lg, Month(2026, 3), utc(2026, 3, 11))
+        assert st.provisional_until == utc(2026, 3, 20)
+        (alice,) = [totals for name, totals, _ in st.groups if name == ALICE]
+        assert alice[0][3] == str(2 * 19 * 86400) and alice[0][4] == "150"
+    finally:
+        lg.close()
