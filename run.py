@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from runtime.cli import Parser, UsageError, closed_output_guard, run_guarded  # noqa: E402
 from runtime.clock import Clock, RealClock  # noqa: E402
-from runtime.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
+from runtime.config import Config, convert_setting, format_duration, load_config, parse_duration  # noqa: E402
+from runtime.key_material import shown  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
 DEFAULT_CONFIG = ROOT / "config.toml"
@@ -34,6 +36,33 @@ def _duration(text: str) -> timedelta:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _speed(text: str) -> float:
+    """``--speed``, bounded as ``[demo] speed`` is: its error names the flag, not config.toml."""
+    from devnet.demo_settings import DemoSettings
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of simulated seconds per real second, got {text!r}") from None
+    try:
+        return convert_setting(DemoSettings, "speed", value, "")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _real_seconds(duration: timedelta | None, speed: float) -> float | None:
+    """How long to wait for ``--duration`` of simulated time; None: until Ctrl-C.
+
+    Ten years at the slowest speed is longer than a wait can be (an
+    OverflowError): past ``threading.TIMEOUT_MAX`` (292 years) it is waited for
+    as if unbounded.
+    """
+    if duration is None:
+        return None
+    seconds = duration.total_seconds() / speed
+    return None if seconds > threading.TIMEOUT_MAX else seconds
 
 
 class SimTimeFormatter(logging.Formatter):
@@ -101,8 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         running.sidecar.start()
         if running.world is not None:
             running.world.start()
-        wait = None if args.duration is None else args.duration.total_seconds() / speed
-        done.wait(wait)
+        done.wait(_real_seconds(args.duration, speed))
     finally:
         watched = len(running.sidecar.scheduler_core.tenants)
         running.close()
@@ -140,7 +168,7 @@ def cmd_devnet(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
-        done.wait(None if args.duration is None else args.duration.total_seconds() / config.demo.speed)
+        done.wait(_real_seconds(args.duration, config.demo.speed))
     finally:
         world.stop()
         devnet.stop()
@@ -149,17 +177,13 @@ def cmd_devnet(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = load(args)
-    print(f"{config.source}: ok")
-    for name, values in config.effective().items():
-        print(f"[{name}]")
-        for key, value in values.items():
-            print(f"  {key} = {value!r}")
-    return 0
+    from sidecar.check_config import check_config
+
+    return check_config(load(args), sys.stdout)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="run.py",
         description=(
             "leasewarden: withdraws a Manifest provider's lease fees on a schedule, watches every "
@@ -175,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=_duration, default=None,
                      help="stop after this much simulated time (e.g. 30m, 2h) and print a summary; "
                           "default: run until Ctrl-C")
-    run.add_argument("--speed", type=float, default=None,
+    run.add_argument("--speed", type=_speed, default=None,
                      help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                      help="detail of the decision log (default: %(default)s)")
@@ -197,8 +221,9 @@ def parser() -> argparse.ArgumentParser:
     devnet.set_defaults(func=cmd_devnet)
 
     check = sub.add_parser("check-config", help="validate the configuration and print what is in force",
-                           description="Validate the configuration file and print every setting in force "
-                                       "(secrets left out). Exit status 2 on a bad value.")
+                           description="Validate the configuration file, load the provider key the way run does "
+                                       "(permissions, format, BIP-39 checksum), and print every setting in force and "
+                                       "the address the key signs as (never the key). Exit status 2 on a bad value.")
     check.set_defaults(func=cmd_check_config)
 
     from ledger.cli import add_commands as add_ledger_commands
@@ -210,21 +235,23 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = _config_first(list(sys.argv[1:] if argv is None else argv))
+    """Run one command; every error is one line on stderr (``runtime.cli``)."""
+    from sidecar.errors import OPERATOR_ERRORS
+
+    with closed_output_guard():
+        return run_guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)), OPERATOR_ERRORS)
+
+
+def _dispatch(argv: list[str]) -> int:
+    argv = _config_first(argv)
     p = parser()
     commands = p._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    # `run` is the default command: `python run.py --duration 5m` means `run --duration 5m`.
-    if not any(a in commands for a in argv) and not {"-h", "--help"} & set(argv):
-        argv = _insert_run(argv)
+    argv = _with_command(argv, commands)
     args = p.parse_args(argv)
     if not getattr(args, "func", None):
         p.print_help()
         return 2
-    try:
-        return args.func(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return args.func(args)
 
 
 def _config_first(argv: list[str]) -> list[str]:
@@ -233,7 +260,9 @@ def _config_first(argv: list[str]) -> list[str]:
     rest: list[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] == "--config" and i + 1 < len(argv):
+        if argv[i] == "--config":
+            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+                raise UsageError("run.py: --config needs a value: the path of a configuration file, e.g. --config config.toml")
             front += argv[i : i + 2]
             i += 2
             continue
@@ -245,13 +274,18 @@ def _config_first(argv: list[str]) -> list[str]:
     return front + rest
 
 
-def _insert_run(argv: list[str]) -> list[str]:
-    """Put `run` after the global options (only --config takes a value)."""
-    out = list(argv)
+def _with_command(argv: list[str], commands: dict[str, object]) -> list[str]:
+    """``argv`` with its command: `run` where only options are given (it is the default command)."""
     i = 0
-    while i < len(out) and (out[i] == "--config" or out[i].startswith("--config=")):
-        i += 2 if out[i] == "--config" else 1
-    return out[:i] + ["run"] + out[i:]
+    while i < len(argv) and (argv[i] == "--config" or argv[i].startswith("--config=")):
+        i += 2 if argv[i] == "--config" else 1
+    if i < len(argv) and argv[i] in ("-h", "--help"):
+        return argv
+    if i == len(argv) or argv[i].startswith("-"):
+        return argv[:i] + ["run"] + argv[i:]
+    if argv[i] not in commands:
+        raise UsageError(f"run.py: unknown command {shown(argv[i])} (commands: {', '.join(commands)}; see run.py --help)")
+    return argv
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ FLUSH_POLICIES = ("record", "count", "interval")
 @dataclass(frozen=True)
 class CaptureSettings:
     enabled: bool = setting(True, "capture every delivered message to msgpack logs (for run.py replay)")
-    directory: str = setting("captures", "directory of the capture files (created if missing)")
+    directory: str = setting(
+        "captures", "directory of the capture files (created if missing); relative to the config file's folder",
+        path=True,
+    )
     max_file_bytes: int = setting(
         64 * 1024 * 1024,
         "start a new file before one grows past this many bytes (a run's last file may pass it by its end record)",
@@ -29,7 +32,8 @@ class CaptureSettings:
         max=2**40,
     )
     max_file_age: timedelta = setting(
-        timedelta(hours=1), "start a new file when the current one is this old (clock time); 0: never"
+        timedelta(hours=1), "start a new file when the current one is this old (clock time); 0: never",
+        max=timedelta(days=30),
     )
     max_total_bytes: int = setting(
         2 * 1024 * 1024 * 1024,
@@ -40,7 +44,7 @@ class CaptureSettings:
     flush_records: int = setting(1000, "with flush = count: records per flush", min=1, max=10_000_000)
     flush_interval: timedelta = setting(
         timedelta(seconds=1), "with flush = interval: longest wait before records reach the OS",
-        min=timedelta(milliseconds=1),
+        min=timedelta(milliseconds=1), max=timedelta(hours=1),
     )
     fsync: bool = setting(False, "also fsync at every flush (survives a power loss, costs disk syncs)")
     background: bool = setting(

@@ -5,6 +5,12 @@ HD path ``m/44'/118'/0'/0/0``) or a 64-hex-digit secp256k1 private key (what
 ``manifestd keys export --unarmored-hex --unsafe`` prints), or from an
 environment variable holding either.
 
+A mnemonic must carry a valid BIP-39 checksum (the last bits of its last
+word are the first bits of the sha256 of the others' entropy). Every
+sequence of list words derives *some* key, so without the check two swapped
+words gave the sidecar an unfunded account of its own, which it signed as
+until its first fee failed. cosmpy carries the word list but not the check.
+
 A key file that its group or other users can read is refused before it is
 read: anyone on the machine who can read it can drain the provider's
 account. The error names the file and its mode and says how to fix it.
@@ -17,16 +23,29 @@ chained (their text could hold a word of the mnemonic).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from cosmpy.crypto.address import Address
 from cosmpy.crypto.keypairs import PrivateKey, PublicKey
 from cosmpy.mnemonic import COSMOS_HD_PATH, derive_child_key_from_mnemonic
+from cosmpy.mnemonic.words import ENGLISH_MNEMONIC_WORDS_LIST
 
-__all__ = ["ProviderKey", "KeyLoadError", "load_provider_key", "write_key_file", "BECH32_PREFIX"]
+from runtime.config import ConfigError
+
+__all__ = [
+    "ProviderKey",
+    "KeyLoadError",
+    "load_provider_key",
+    "load_configured_key",
+    "mnemonic_problem",
+    "write_key_file",
+    "BECH32_PREFIX",
+]
 
 #: Manifest addresses are bech32 with this human-readable part.
 BECH32_PREFIX = "manifest"
@@ -37,6 +56,7 @@ _GROUP_OTHER_BITS = 0o077
 _HEX_KEY = re.compile(r"^(0x)?[0-9a-fA-F]{64}$")
 #: Word counts BIP-39 allows.
 _MNEMONIC_LENGTHS = (12, 15, 18, 21, 24)
+_WORD_INDEX = {word: i for i, word in enumerate(ENGLISH_MNEMONIC_WORDS_LIST)}
 
 
 class KeyLoadError(ValueError):
@@ -51,13 +71,17 @@ class ProviderKey:
     put it in a message: it is the private key.
     """
 
-    __slots__ = ("_private_key", "public_key", "address", "source")
+    __slots__ = ("_private_key", "public_key", "address", "source", "form")
 
-    def __init__(self, private_key: PrivateKey, source: str, prefix: str = BECH32_PREFIX) -> None:
+    def __init__(
+        self, private_key: PrivateKey, source: str, prefix: str = BECH32_PREFIX, form: str = "a private key"
+    ) -> None:
         self._private_key = private_key
         self.public_key: PublicKey = private_key.public_key
         self.address: str = str(Address(self.public_key, prefix))
         self.source = source
+        #: What the source held, for the operator: "a 24-word BIP-39 mnemonic", "a hex private key".
+        self.form = form
 
     @classmethod
     def generate(cls, source: str = "generated", prefix: str = BECH32_PREFIX) -> "ProviderKey":
@@ -88,25 +112,49 @@ def _parse_key_text(text: str, source: str, prefix: str) -> ProviderKey:
             private_key = PrivateKey(raw)
         except Exception:
             raise KeyLoadError(f"{source}: not a valid secp256k1 private key") from None
-        return ProviderKey(private_key, source, prefix)
+        return ProviderKey(private_key, source, prefix, "a hex private key")
     words = material.split()
     if len(words) in _MNEMONIC_LENGTHS and all(w.isalpha() and w.islower() for w in words):
+        problem = mnemonic_problem(words)
+        if problem:
+            raise KeyLoadError(f"{source}: not a valid BIP-39 mnemonic: {problem}")
         try:
             raw = derive_child_key_from_mnemonic(" ".join(words), path=COSMOS_HD_PATH)
         except Exception:
-            # cosmpy's message quotes the offending word: never chain it.
-            raise KeyLoadError(f"{source}: not a valid BIP-39 mnemonic (unknown word)") from None
-        return ProviderKey(PrivateKey(raw), source, prefix)
+            # cosmpy's message could quote a word: never chain it.
+            raise KeyLoadError(f"{source}: not a valid BIP-39 mnemonic") from None
+        return ProviderKey(PrivateKey(raw), source, prefix, f"a {len(words)}-word BIP-39 mnemonic")
     raise KeyLoadError(
         f"{source}: holds neither a BIP-39 mnemonic (12-24 words) nor a 64-hex-digit private key"
     )
+
+
+def mnemonic_problem(words: list[str]) -> str:
+    """What is wrong with a mnemonic of ``words``, "" when nothing. Names positions, never words."""
+    if len(words) not in _MNEMONIC_LENGTHS:
+        return f"{len(words)} words; a mnemonic has {', '.join(map(str, _MNEMONIC_LENGTHS))}"
+    unknown = [i + 1 for i, w in enumerate(words) if w not in _WORD_INDEX]
+    if unknown:
+        return f"word {', '.join(map(str, unknown))} is not in the BIP-39 English word list (a typo?)"
+    # 11 bits a word: the entropy, then its checksum, the first ENT/32 bits of sha256(entropy).
+    bits = 0
+    for w in words:
+        bits = bits << 11 | _WORD_INDEX[w]
+    checksum_bits = len(words) * 11 // 33
+    entropy = (bits >> checksum_bits).to_bytes(checksum_bits * 4, "big")
+    expected = hashlib.sha256(entropy).digest()[0] >> (8 - checksum_bits)
+    if bits & ((1 << checksum_bits) - 1) != expected:
+        return "its checksum does not match (a word mistyped into another list word, or two words swapped?)"
+    return ""
 
 
 def _check_mode(path: Path) -> None:
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise KeyLoadError(f"key file {path}: no such file") from None
+        raise KeyLoadError(
+            f"key file {path}: no such file (expected a file of mode 0600 holding the provider's mnemonic or hex key)"
+        ) from None
     except OSError as exc:
         raise KeyLoadError(f"key file {path}: cannot be read ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
@@ -142,9 +190,25 @@ def load_provider_key(
     if key_env:
         value = os.environ.get(key_env)
         if not value:
-            raise KeyLoadError(f"environment variable {key_env} is not set or empty")
+            raise KeyLoadError(
+                f"environment variable {key_env} is not set or empty: export it with the provider's mnemonic "
+                f"or hex key, or set [node] key_file instead"
+            )
         return _parse_key_text(value, f"environment variable {key_env}", prefix)
     raise KeyLoadError("no provider key configured: set [node] key_file or key_env")
+
+
+def load_configured_key(node: Any, source: str, prefix: str = BECH32_PREFIX) -> ProviderKey:
+    """The key ``[node]`` names (``chain.node_settings.NodeSettings``), as ``run`` and ``check-config`` load it.
+
+    Raises ``ConfigError`` naming the configuration file and the setting, then
+    what was wrong with the key's source (never the key).
+    """
+    setting = "key_file" if node.key_file else "key_env" if node.key_env else "key_file"
+    try:
+        return load_provider_key(node.key_file, node.key_env, prefix)
+    except KeyLoadError as exc:
+        raise ConfigError(f"{source}: [node] {setting}: {exc}") from None
 
 
 def write_key_file(path: str | Path, key: ProviderKey) -> Path:

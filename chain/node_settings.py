@@ -11,6 +11,7 @@ ignored; pointing them at a real node is the only change for production.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -38,6 +39,11 @@ def read_tls_ca(path: str) -> bytes:
         raise ValueError(f"tls_ca_file {path!r}: holds no PEM certificate ({_PEM_CERTIFICATE.decode()} ...)")
     return data
 
+#: The Cosmos SDK's denom rule: the chain refuses a fee in any other.
+_DENOM = re.compile(r"[a-zA-Z][a-zA-Z0-9/:._-]{2,127}")
+#: What a shell can export.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 @section("node")
 @dataclass(frozen=True)
@@ -49,7 +55,10 @@ class NodeSettings:
         "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs"
     )
     websocket_url: str = setting("ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)")
-    key_file: str = setting("", "file holding the provider key (mnemonic or hex); must be mode 0600")
+    key_file: str = setting(
+        "", "file holding the provider key (mnemonic or hex); must be mode 0600; relative to the config file's folder",
+        path=True,
+    )
     key_env: str = setting("", "name of an environment variable holding the provider key (instead of key_file)")
     fee_denom: str = setting("umfx", "denom fees are paid in")
     gas_price: str = setting(
@@ -64,12 +73,12 @@ class NodeSettings:
         1_500_000,
         "fallback gas when Simulate fails (or is not asked after 5 failures in a row): the tx declares "
         "gas_limit x gas_adjustment",
-        min=1,
+        min=1, max=100_000_000,
     )
     max_gas_limit: int = setting(
         0,
         "most gas a tx may declare; 0: no cap. A simulated tx over it is not sent; out-of-gas retries stop at it",
-        min=0,
+        min=0, max=100_000_000,
     )
     out_of_gas_multiplier: float = setting(
         1.5, "after an out-of-gas failure the gas is multiplied by this (up to max_gas_limit) and signed again",
@@ -79,17 +88,18 @@ class NodeSettings:
         200_000,
         "gas the Simulate tx declares; keep it under the chain's block max gas, which a node refuses "
         "a simulation above (the gas measured does not depend on it)",
-        min=1,
+        min=1, max=100_000_000,
     )
     tx_timeout: timedelta = setting(
-        timedelta(seconds=30), "how long to wait for a broadcast tx to be included", min=timedelta(milliseconds=100)
+        timedelta(seconds=30), "how long to wait for a broadcast tx to be included", min=timedelta(milliseconds=100),
+        max=timedelta(hours=1),
     )
     tx_poll_interval: timedelta = setting(
         timedelta(milliseconds=200), "how often GetTx is asked while waiting for inclusion",
         min=timedelta(milliseconds=1), max=timedelta(seconds=10),
     )
     query_timeout: timedelta = setting(
-        timedelta(seconds=10), "deadline of one gRPC query", min=timedelta(milliseconds=10)
+        timedelta(seconds=10), "deadline of one gRPC query", min=timedelta(milliseconds=10), max=timedelta(hours=1)
     )
     max_tx_retries: int = setting(
         5, "re-signs of one tx after a sequence mismatch, out of gas or lost broadcast", min=0, max=50
@@ -122,5 +132,12 @@ class NodeSettings:
             read_tls_ca(self.tls_ca_file)
         if not self.websocket_url.startswith(("ws://", "wss://")):
             raise ValueError(f"websocket_url: expected ws://... or wss://..., got {self.websocket_url!r}")
+        if not _DENOM.fullmatch(self.fee_denom):
+            raise ValueError(f"fee_denom: {self.fee_denom!r} is not a Cosmos denom (e.g. umfx)")
+        if self.key_env and not _ENV_NAME.fullmatch(self.key_env):
+            raise ValueError(
+                f"key_env: {self.key_env!r} is not the name of an environment variable "
+                f"(letters, digits and _, e.g. LEASEWARDEN_KEY): it names the variable, it does not hold the key"
+            )
         if self.key_file and self.key_env:
             raise ValueError("key_file and key_env: give one source of the provider key, not both")

@@ -62,25 +62,31 @@ class DevnetSettings:
     )
     block_time: timedelta = setting(
         timedelta(seconds=5), "a block (with the pending txs) is cut this often on the clock",
-        min=timedelta(milliseconds=1),
+        min=timedelta(milliseconds=1), max=timedelta(hours=1),
     )
     host: str = setting("127.0.0.1", "address the devnet's gRPC and websocket servers listen on")
     grpc_port: int = setting(0, "gRPC port; 0: a free port", min=0, max=65535)
     websocket_port: int = setting(0, "websocket port; 0: a free port", min=0, max=65535)
-    latency: timedelta = setting(timedelta(0), "added to every gRPC call (real time), e.g. \"5ms\"")
+    latency: timedelta = setting(
+        timedelta(0), "added to every gRPC call (real time), e.g. \"5ms\"", max=timedelta(minutes=1)
+    )
     error_rates: tuple[str, ...] = setting(
         (), 'gRPC methods failing with UNAVAILABLE at random, e.g. ["CreditAccount=0.05", "BroadcastTx=0.01"]'
     )
-    error_seed: int = setting(1, "seed of the random failures, so a run can be repeated")
+    error_seed: int = setting(1, "seed of the random failures, so a run can be repeated", min=0, max=2**63 - 1)
     catching_up: bool = setting(False, "the node reports it is syncing (its state is stale)")
     min_gas_price: str = setting(
         "0.000025", "smallest fee per gas the node accepts, in umfx (a decimal; the network's is 0.000025)"
     )
-    provider_funds: int = setting(10**12, "umfx the devnet's provider account starts with, for fees", min=0)
+    provider_funds: int = setting(
+        10**12, "umfx the devnet's provider account starts with, for fees", min=0, max=10**30
+    )
     ws_max_subscriptions: int = setting(5, "subscriptions one websocket client may hold", min=1, max=1000)
-    ws_drop_interval: timedelta = setting(timedelta(0), "drop every websocket client this often; 0: never")
+    ws_drop_interval: timedelta = setting(
+        timedelta(0), "drop every websocket client this often; 0: never", max=timedelta(days=30)
+    )
     ws_slow_client_queue: int = setting(
-        1000, "frames queued for one websocket client before it is dropped as slow", min=1
+        1000, "frames queued for one websocket client before it is dropped as slow", min=1, max=10_000_000
     )
 
     def validate(self) -> None:

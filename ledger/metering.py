@@ -46,7 +46,7 @@ from ledger.runs import Periods
 from ledger.store import Ledger, rate_of_items
 from ledger.tick import Metered, RunFailed
 
-__all__ = ["meter_month", "accrued_seconds", "MeterResult", "BATCH_LEASES", "Line"]
+__all__ = ["meter_month", "accrued_seconds", "lines_of_month", "MeterResult", "BATCH_LEASES", "Line"]
 
 logger = logging.getLogger(__name__)
 
@@ -198,12 +198,15 @@ def _summed_in_python(rows) -> Iterator[tuple[str, str, str, int]]:  # type: ign
         yield key[0], tenant, key[1], total
 
 
-def lines_of_month(reader, month: Month, provider: str, exact_sums: bool = False) -> Iterator[tuple[str, list[Line]]]:  # type: ignore[no-untyped-def]
+def lines_of_month(  # type: ignore[no-untyped-def]
+    reader, month: Month, provider: str, exact_sums: bool = False, until: datetime | None = None
+) -> Iterator[tuple[str, list[Line]]]:
     """Per lease (uuid order): its statement lines for ``month``. A merge of two sorted cursors.
 
     ``exact_sums`` sums settlements in Python row by row (after a 64-bit sum overflowed).
+    ``until``: the month so far, accrued up to this instant (a provisional statement).
     """
-    start, end = to_us(month.start), to_us(month.end)
+    start, end = to_us(month.start), to_us(month.end if until is None else min(until, month.end))
     leases = reader.execute(_LEASES, {"provider": provider, "to": end, "from": start})
     if exact_sums:
         settlements = _summed_in_python(reader.execute(_SETTLEMENT_ROWS, {"period": str(month)}))
@@ -282,7 +285,9 @@ def meter_month(
             f"the next tick clears it"
         )
     logger.info("metered %s: run %s, %d leases, %d tenants, %d lines", month, run_id, leases, tenants, lines)
-    return MeterResult(run_id=run_id, warning=warning, leases=leases, lines=lines, tenants=tenants)
+    return MeterResult(
+        run_id=run_id, warning=warning, lock_released=not warning, leases=leases, lines=lines, tenants=tenants
+    )
 
 
 class _Unpriced(Exception):

@@ -50,6 +50,7 @@ __all__ = [
     "LockInfo",
     "MonthFinalized",
     "MonthNotEnded",
+    "BeforeTheBooks",
     "lock_is_live",
     "pid_running",
 ]
@@ -67,6 +68,10 @@ class MonthFinalized(LedgerError):
 
 class MonthNotEnded(LedgerError):
     """A month that has not ended cannot be metered."""
+
+
+class BeforeTheBooks(LedgerError):
+    """A month before the ledger's first fact: nothing of it is in these books."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,11 @@ class Periods:
         self.pid_alive = pid_alive
 
     # -- reading ---------------------------------------------------------------------
+    def first_fact(self) -> Month | None:
+        """The month of the ledger's first fact (None: no fact yet)."""
+        at = self.ledger.first_fact_at()
+        return Month.of(at) if at is not None else None
+
     def earliest(self) -> Month | None:
         with self.ledger.read() as c:
             row = c.execute("SELECT MIN(period) FROM billing_periods").fetchone()
@@ -261,8 +271,18 @@ class Periods:
             )
             return cur.rowcount == 1
 
-    def finalize(self, month: Month, now: datetime, run_id: str | None = None) -> str:
-        """Finalize ``month`` over ``run_id`` (default: its latest completed run). Returns the run."""
+    def forced_reason(self, month: Month) -> str:
+        """The reason ``month`` was finalized before its grace had passed ("" when it was not)."""
+        with self.ledger.read() as c:
+            row = c.execute("SELECT reason FROM forced_finalizations WHERE period = ?", (str(month),)).fetchone()
+        return row[0] if row else ""
+
+    def finalize(self, month: Month, now: datetime, run_id: str | None = None, *, forced_reason: str = "") -> str:
+        """Finalize ``month`` over ``run_id`` (default: its latest completed run). Returns the run.
+
+        ``forced_reason``: the operator finalizes before the grace window has
+        passed (the caller has decided it may); kept with the month.
+        """
         with self.ledger.transaction() as c:
             status = self.status(month)
             if status is None:
@@ -290,6 +310,11 @@ class Periods:
                 "UPDATE billing_periods SET status = 'finalized', finalized_run = ?, updated_us = ? WHERE period = ?",
                 (run_id, to_us(now), str(month)),
             )
+            if forced_reason:
+                c.execute(
+                    "INSERT INTO forced_finalizations (period, reason, at_us, owner) VALUES (?, ?, ?, ?)",
+                    (str(month), forced_reason, to_us(now), f"{self.host}:{self.pid}"),
+                )
         return run_id
 
     # -- runs and their lock -------------------------------------------------------------------
@@ -335,6 +360,13 @@ class Periods:
         """
         if now < month.end:
             raise MonthNotEnded(f"{month} has not ended: it ends {iso(month.end)}; meter it after that")
+        first = self.ledger.first_fact_at()
+        if first is None or month < Month.of(first):
+            since = f"its first fact is of {iso(first)}" if first else "it holds no fact yet"
+            raise BeforeTheBooks(
+                f"{month} is before anything in the ledger {self.ledger.path} ({since}): metering it would "
+                f"write a statement of nothing; meter a month from {Month.of(first) if first else 'the first fact'} on"
+            )
         run_id = str(uuidlib.uuid4())
         with self.ledger.transaction() as c:
             self._ensure(month, now)
@@ -372,13 +404,17 @@ class Periods:
             raise LedgerError(f"run {run_id} lost the lock of {month} (reclaimed as dead by another process)")
 
     def complete(self, month: Month, run_id: str, now: datetime, leases: int) -> None:
-        """Inside the caller's transaction: the run is complete (its lock is given back separately)."""
+        """Inside the caller's transaction: the run is complete and the month metered (its lock is given back separately)."""
         self.heartbeat(month, run_id)
         if self.status(month) == "finalized":
             raise MonthFinalized(f"{month} was finalized while run {run_id} metered it")
         self.ledger.conn.execute(
             "UPDATE runs SET status = 'completed', completed_us = ?, leases = ? WHERE id = ? AND status = 'running'",
             (to_us(now), leases, run_id),
+        )
+        self.ledger.conn.execute(
+            "UPDATE billing_periods SET status = 'metered', updated_us = ? WHERE period = ? AND status != 'metered'",
+            (to_us(now), str(month)),
         )
 
     def fail(self, month: Month, run_id: str, now: datetime, error: str) -> None:

@@ -2,9 +2,10 @@
 
 Every change to the schema is a new migration appended to ``MIGRATIONS``; a
 shipped migration never changes, so a database is at version N exactly when
-migrations 1..N have run on it. Each migration runs in its own transaction
-together with the row that records it in ``schema_version``, so a crash
-mid-migration leaves the database at the previous version, never between two.
+migrations 1..N have run on it. The pending migrations run in one
+transaction together with the rows that record them in ``schema_version``,
+so a crash mid-migration leaves the database at the version it had, never
+between two (and a new ledger costs one commit, not one per migration).
 
 A database written by a newer build (a version this build has no migration
 for) is refused with an error naming the file and both versions: reading
@@ -42,6 +43,10 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    #: The migration rebuilds a table that a foreign key points at (SQLite
+    #: cannot change a CHECK in place): it runs with foreign keys off, SQLite's
+    #: own procedure for that, and checks every key before it commits.
+    rebuilds: bool = False
 
 
 _V1 = (
@@ -218,6 +223,56 @@ _V2 = (
 )
 
 _V3 = (
+    # ``metered`` becomes a status of its own (open -> grace -> metered ->
+    # finalized), so that ``periods`` shows what the tick did; a month that
+    # already has a completed run is metered.
+    """
+    CREATE TABLE billing_periods_v3 (
+        period TEXT PRIMARY KEY,
+        period_from_us INTEGER NOT NULL,
+        period_to_us INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('open', 'grace', 'metered', 'finalized')),
+        finalized_run TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO billing_periods_v3 SELECT period, period_from_us, period_to_us, status, finalized_run, created_us, "
+    "updated_us FROM billing_periods",
+    "DROP TABLE billing_periods",
+    "ALTER TABLE billing_periods_v3 RENAME TO billing_periods",
+    "UPDATE billing_periods SET status = 'metered' WHERE status IN ('open', 'grace') AND EXISTS "
+    "(SELECT 1 FROM runs WHERE runs.period = billing_periods.period AND runs.status = 'completed')",
+)
+
+_V4 = (
+    # Whose books these are (ledger/identity.py): one row, written at the
+    # first sidecar start, compared at every later one.
+    """
+    CREATE TABLE ledger_identity (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        chain_id TEXT NOT NULL,
+        provider_uuid TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        created_us INTEGER NOT NULL
+    )
+    """,
+)
+
+_V5 = (
+    # A month finalized before its grace window had passed (run.py finalize
+    # --force): the operator's reason, when, and by which process.
+    """
+    CREATE TABLE forced_finalizations (
+        period TEXT PRIMARY KEY REFERENCES billing_periods (period),
+        reason TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        owner TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
+_V6 = (
     # 1 for a lease of a chain that drops the fraction of a second at every
     # settlement (v2.1.0: its leases carry no reservation field), 0 for one
     # that carries it (the current chain): the month's accrual is counted
@@ -231,7 +286,10 @@ _V3 = (
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
-    Migration(3, "leases of a chain that drops the fraction of a second at each settlement", _V3),
+    Migration(3, "a billing period's status may be metered", _V3, rebuilds=True),
+    Migration(4, "the chain, provider and signer whose books these are", _V4),
+    Migration(5, "the reasons of months finalized before their grace had passed", _V5),
+    Migration(6, "leases of a chain that drops the fraction of a second at each settlement", _V6),
 )
 
 #: The version this build writes.
@@ -304,23 +362,44 @@ def migrate(
         raise
     if found > known:
         raise NewerSchemaError(path, found, known)
-    for migration in migrations:
-        if migration.version <= found:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+    pending = [m for m in migrations if m.version > found]
+    if not pending:
+        return found
+    rebuilds = any(m.rebuilds for m in pending)
+    keys_on = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    if rebuilds:
+        conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: before BEGIN
+    try:
+        _apply(conn, pending, path, now_text)
+    finally:
+        if rebuilds and keys_on:
+            conn.execute("PRAGMA foreign_keys = ON")
+    return current_version(conn)
+
+
+def _apply(conn: sqlite3.Connection, pending: list[Migration], path: str, now_text: Callable[[], str]) -> None:
+    """The pending migrations in one transaction: one commit (one fsync) however many there are."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for migration in pending:
             # Another process may have migrated while we waited for the lock.
             if current_version(conn) >= migration.version:
-                conn.execute("COMMIT")
                 continue
             for statement in migration.statements:
                 conn.execute(statement)
+            if migration.rebuilds:
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise NotALedgerError(
+                        f"{path}: migration {migration.version} would break {len(broken)} reference(s), e.g. "
+                        f"{broken[0][0]} row {broken[0][1]} -> {broken[0][2]}; the ledger is left at version "
+                        f"{pending[0].version - 1}"
+                    )
             conn.execute(
                 "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.description, now_text()),
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    return current_version(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runtime.config import section, setting
 
-__all__ = ["LedgerSettings", "resolve_ledger_path", "embedded_ledger_path"]
+__all__ = ["LedgerSettings", "ledger_path", "embedded_ledger_path"]
 
 
 @section("ledger")
@@ -17,6 +17,7 @@ class LedgerSettings:
     path: str = setting(
         "state/leasewarden.sqlite",
         "the ledger's SQLite file; relative to the config file's folder; empty: keep no ledger",
+        path=True,
     )
     # 24 h: what a month waits for is facts that arrive late. Events lost in a
     # websocket gap come back at the next reconcile (every withdraw_interval,
@@ -31,7 +32,12 @@ class LedgerSettings:
         False, "finalize a month over its completed run without an operator (off: review, then `finalize`)"
     )
     tick_interval: timedelta = setting(
-        timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1)
+        timedelta(hours=1), "how often the billing months are walked", min=timedelta(seconds=1),
+        max=timedelta(days=1),
+    )
+    embedded_keep: int = setting(
+        5, "with an embedded chain: earlier runs' books kept beside the current one (the oldest go)",
+        min=0, max=1000,
     )
     synchronous: str = setting(
         "full",
@@ -40,17 +46,9 @@ class LedgerSettings:
     )
 
 
-def resolve_ledger_path(settings: LedgerSettings, config_source: str) -> Path | None:
-    """The ledger file: ``path`` as given if absolute, else beside the config file
-    (the working directory when there is no file). None when the ledger is off."""
-    if not settings.path:
-        return None
-    path = Path(settings.path).expanduser()
-    if path.is_absolute():
-        return path
-    source = Path(config_source)
-    base = source.parent if config_source and not config_source.startswith("<") else Path.cwd()
-    return base / path
+def ledger_path(settings: LedgerSettings) -> Path | None:
+    """The ledger file (the loader has resolved it against the config file's folder); None when off."""
+    return Path(settings.path) if settings.path else None
 
 
 def embedded_ledger_path(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Per-tenant statements of a metered month, as CSV or JSON.
+"""Per-tenant statements of a month, as CSV or JSON.
 
 A month's statement is the one of its finalized run, or, before the month is
 finalized, of its latest completed run (marked ``final: false``: a later run
@@ -6,11 +6,20 @@ may still replace it). Each tenant gets one line per lease and denom (seconds
 accrued in the month, accrued amount, withdrawn amount, difference) and its
 totals per denom.
 
+The month under way has no run (it is metered once it has ended), so its
+statement is its figures so far, metered in memory up to ``now`` (or the
+books' latest fact, where an embedded chain's clock has run ahead) and marked
+provisional (``run_id`` "provisional" in CSV, ``"provisional": true`` in
+JSON): an operator, or a newcomer after the demo, sees what the month has
+come to without anything being stored. Everything that can refuse a
+statement (no run, an unknown tenant) is checked before its first byte.
+
 Amounts are written as decimal strings, the way Cosmos writes ``Int`` in
 JSON: they can exceed what a JSON reader holds exactly in a double.
 
-Both writers stream from the lines' ``(run, tenant, lease, denom)`` key
-order, so a month of 100,000 leases is written without being held in memory.
+Both writers stream a run's lines from their ``(run, tenant, lease, denom)``
+key order, so a month of 100,000 leases is written without being held in
+memory (a provisional statement is held: it is sorted by tenant first).
 """
 
 from __future__ import annotations
@@ -18,13 +27,29 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Iterator, TextIO
 
-from ledger.periods import Month
+from ledger.metering import lines_of_month
+from ledger.periods import Month, iso
 from ledger.runs import Periods, RunInfo
 from ledger.store import Ledger, LedgerError
 
-__all__ = ["StatementRun", "statement_run", "tenant_totals", "lease_lines", "write_csv", "write_json", "CSV_COLUMNS"]
+__all__ = [
+    "StatementRun",
+    "Statement",
+    "statement_run",
+    "statement",
+    "tenant_totals",
+    "lease_lines",
+    "write_csv",
+    "write_json",
+    "CSV_COLUMNS",
+    "PROVISIONAL",
+]
+
+#: The run_id column of a provisional statement's rows.
+PROVISIONAL = "provisional"
 
 CSV_COLUMNS = (
     "period",
@@ -102,33 +127,107 @@ def lease_lines(ledger: Ledger, run_id: str, tenant: str | None = None) -> Itera
             yield t, lease, denom, seconds, int(accrued), int(withdrawn)
 
 
-def _by_tenant(ledger: Ledger, sr: StatementRun, tenant: str | None) -> Iterator[tuple[str, list[tuple], list[tuple]]]:
-    """Per tenant: (tenant, totals rows, lease line rows), merging two tenant-ordered cursors."""
+#: Per tenant: (tenant, totals rows, lease line rows), the rows as the statement tables hold them:
+#: totals (tenant, denom, leases, accrued, withdrawn, difference), lines (tenant, lease, denom, seconds,
+#: accrued, withdrawn), amounts as decimal text.
+Groups = Iterator[tuple[str, list[tuple], list[tuple]]]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What a writer prints: whose month, from which run (or provisional), and its tenants."""
+
+    month: Month
+    #: The run the lines are of; "" for a provisional statement.
+    run_id: str
+    final: bool
+    #: Set for the month under way: its figures up to this instant, metered by no run.
+    provisional_until: datetime | None
+    metered_at: datetime | None
+    groups: Groups
+
+
+def statement(ledger: Ledger, month: Month, now: datetime, tenant: str | None = None) -> Statement:
+    """``month``'s statement at ``now``: its run's, or for the month under way its figures so far.
+
+    Raises ``LedgerError`` (no statement, or nothing for ``tenant``) before anything is written.
+    """
+    if now < month.end:
+        # The books' own time may be ahead of the wall clock (an embedded
+        # chain's accelerated clock): so far is up to the latest fact, or a
+        # settlement recorded later than now would outweigh the accrual.
+        last = ledger.last_fact_at()
+        until = min(max(now, last), month.end) if last is not None else now
+        groups = _provisional(ledger, month, until, tenant)
+        return Statement(month, "", False, until, None, groups)
+    sr = statement_run(ledger, month)
+    if tenant:
+        with ledger.read() as c:
+            found = c.execute(
+                "SELECT 1 FROM statement_totals WHERE run_id = ? AND tenant = ? LIMIT 1", (sr.run.id, tenant)
+            ).fetchone()
+        if found is None:
+            raise _nothing_for(tenant, f"the statement of {month} (run {sr.run.id})")
+    return Statement(month, sr.run.id, sr.final, None, sr.run.completed, _by_tenant(ledger, sr.run.id, tenant))
+
+
+def _nothing_for(tenant: str, where: str) -> LedgerError:
+    return LedgerError(f"tenant {tenant} has nothing in {where}: is that the tenant's address?")
+
+
+def _provisional(ledger: Ledger, month: Month, now: datetime, tenant: str | None) -> Groups:
+    """The month under way metered up to ``now`` in memory: nothing is stored, no run is made."""
+    if now < month.start:
+        raise LedgerError(f"{month} has not begun: it begins {iso(month.start)}")
+    per_tenant: dict[str, list[tuple]] = {}
+    with ledger.reader() as reader:
+        for _uuid, lines in lines_of_month(reader, month, ledger.provider_uuid, exact_sums=True, until=now):
+            for ln in lines:
+                if tenant is None or ln.tenant == tenant:
+                    per_tenant.setdefault(ln.tenant, []).append(
+                        (ln.tenant, ln.lease_uuid, ln.denom, ln.seconds, str(ln.accrued), str(ln.withdrawn))
+                    )
+    if tenant and tenant not in per_tenant:
+        raise _nothing_for(tenant, f"{month} so far")
+    groups = []
+    for name in sorted(per_tenant):
+        lines = sorted(per_tenant[name], key=lambda r: (r[1], r[2]))
+        sums: dict[str, list[Any]] = {}
+        for _t, lease, denom, _seconds, accrued, withdrawn in lines:
+            entry = sums.setdefault(denom, [set(), 0, 0])
+            entry[0].add(lease)
+            entry[1] += int(accrued)
+            entry[2] += int(withdrawn)
+        totals = [
+            (name, denom, len(leases), str(a), str(w), str(a - w)) for denom, (leases, a, w) in sorted(sums.items())
+        ]
+        groups.append((name, totals, lines))
+    return iter(groups)
+
+
+def _by_tenant(ledger: Ledger, run_id: str, tenant: str | None) -> Groups:
+    """Per tenant of a run, merging two tenant-ordered cursors."""
     clause, args = _tenant_clause(tenant)
     with ledger.reader() as reader:
         totals = reader.execute(
             "SELECT tenant, denom, leases, accrued, withdrawn, difference FROM statement_totals "
             f"WHERE run_id = ?{clause} ORDER BY tenant, denom",
-            (sr.run.id, *args),
+            (run_id, *args),
         )
         lines = reader.execute(
             "SELECT tenant, lease_uuid, denom, seconds, accrued, withdrawn FROM statement_lines "
             f"WHERE run_id = ?{clause} ORDER BY tenant, lease_uuid, denom",
-            (sr.run.id, *args),
+            (run_id, *args),
         )
         line = next(lines, None)
-        found = False
         for total in _grouped(totals):
             name = total[0][0]
-            found = True
             mine = []
             while line is not None and line[0] <= name:
                 if line[0] == name:
                     mine.append(line)
                 line = next(lines, None)
             yield name, total, mine
-    if tenant and not found:
-        raise LedgerError(f"tenant {tenant} has nothing in the statement of {sr.month} (run {sr.run.id})")
 
 
 def _grouped(cursor: Any) -> Iterator[list[tuple]]:
@@ -142,14 +241,16 @@ def _grouped(cursor: Any) -> Iterator[list[tuple]]:
         yield group
 
 
-def write_csv(ledger: Ledger, month: Month, out: TextIO, tenant: str | None = None) -> int:
-    """The statement as CSV: per tenant its lease lines, then its totals. Returns tenants written."""
-    sr = statement_run(ledger, month)
+def write_csv(st: Statement, out: TextIO) -> int:
+    """The statement as CSV: per tenant its lease lines, then its totals. Returns tenants written.
+
+    A provisional statement has ``provisional`` in its run_id column.
+    """
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-    head = (str(month), sr.run.id, "true" if sr.final else "false")
+    head = (str(st.month), st.run_id or PROVISIONAL, "true" if st.final else "false")
     n = 0
-    for name, totals, lines in _by_tenant(ledger, sr, tenant):
+    for name, totals, lines in st.groups:
         n += 1
         for _t, lease, denom, seconds, accrued, withdrawn in lines:
             diff = int(accrued) - int(withdrawn)
@@ -159,18 +260,19 @@ def write_csv(ledger: Ledger, month: Month, out: TextIO, tenant: str | None = No
     return n
 
 
-def write_json(ledger: Ledger, month: Month, out: TextIO, tenant: str | None = None) -> int:
+def write_json(st: Statement, out: TextIO) -> int:
     """The statement as one JSON document, written tenant by tenant. Returns tenants written."""
-    sr = statement_run(ledger, month)
     head = {
-        "period": str(month),
-        "run_id": sr.run.id,
-        "final": sr.final,
-        "metered_at": sr.run.completed.isoformat().replace("+00:00", "Z") if sr.run.completed else None,
+        "period": str(st.month),
+        "run_id": st.run_id or None,
+        "final": st.final,
+        "provisional": st.provisional_until is not None,
+        "as_of": iso(st.provisional_until) or None,
+        "metered_at": iso(st.metered_at) or None,
     }
     out.write(json.dumps(head)[:-1] + ', "tenants": [')
     n = 0
-    for name, totals, lines in _by_tenant(ledger, sr, tenant):
+    for name, totals, lines in st.groups:
         leases: dict[str, dict[str, Any]] = {}
         for _t, lease, denom, seconds, accrued, withdrawn in lines:
             entry = leases.setdefault(lease, {"lease_uuid": lease, "seconds": seconds, "amounts": []})

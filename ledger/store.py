@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 import sqlite_utils
 
 from ledger.periods import Month, from_us, iso, to_us
+from ledger.identity import LedgerIdentity, check_identity
 from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
 from messages.chain import Lease
 from messages.codec import CodecError, decode, encode
@@ -70,6 +71,18 @@ _ENDED_STATES = ("CLOSED", "EXPIRED", "REJECTED")
 
 class LedgerError(RuntimeError):
     """A ledger operation that cannot be done; the message says why and what to do."""
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on an autocommit connection (before the ``Ledger`` around it exists)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class Precision(IntEnum):
@@ -215,15 +228,30 @@ class Ledger:
         busy_timeout: float = BUSY_TIMEOUT_S,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         synchronous: str = "full",
+        chain_id: str = "",
+        signer: str = "",
+        create: bool = True,
     ) -> "Ledger":
         """Open (creating and migrating as needed) the ledger at ``path``.
 
         ``synchronous``: ``full`` (a commit survives a power cut) or ``normal``
         (a commit survives the process being killed; faster).
+
+        ``chain_id`` and ``signer``: whose books these must be, with
+        ``provider_uuid`` (``ledger.identity``); a ledger of another is
+        refused with ``IdentityMismatch``. Given a ``signer`` (the sidecar,
+        which holds the key), a ledger without an identity is given this one.
+        ``create=False``: a missing file is an error (the commands read books,
+        the sidecar makes them).
         """
         if synchronous not in _SYNCHRONOUS:
             raise LedgerError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         path = Path(path)
+        if not create and str(path) != ":memory:" and not path.exists():
+            raise LedgerError(
+                f"{path}: no ledger here yet; the sidecar creates it at its first start (python run.py), "
+                f"or set [ledger] path to the ledger the sidecar writes"
+            )
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -243,10 +271,24 @@ class Ledger:
             conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
             conn.execute("PRAGMA foreign_keys = ON")
             migrate(conn, str(path), lambda: iso(datetime.fromtimestamp(wall(), timezone.utc)), migrations)
+            with _immediate(conn):
+                check_identity(
+                    conn, str(path), LedgerIdentity(chain_id, provider_uuid, signer),
+                    record=bool(signer), now_us=int(wall() * 1_000_000),
+                )
         except BaseException:
             conn.close()
             raise
         return cls(conn, str(path), provider_uuid, wall)
+
+    def copied_into_memory(self) -> "Ledger":
+        """A copy of this ledger in memory, to run a command on that writes nothing here; this one is closed."""
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        with self._lock:
+            self.conn.backup(memory)
+            self.conn.close()
+        memory.execute("PRAGMA foreign_keys = ON")
+        return Ledger(memory, ":memory:", self.provider_uuid, self.wall)
 
     def close(self) -> None:
         with self._lock:
@@ -484,6 +526,36 @@ class Ledger:
         self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
 
     # -- reading -------------------------------------------------------------------------
+    def first_fact_at(self) -> datetime | None:
+        """The earliest instant any billing fact of these books is about (None: no fact yet).
+
+        A lease's start counts even where it was recorded later: its accrual
+        from then on is in the books. Nothing of a month before this instant
+        is, so no month before it is ever metered or stored.
+        """
+        return self._fact_time(
+            "MIN", "SELECT MIN(MIN(first_seen_us, COALESCE(active_from_us, first_seen_us))) AS t FROM leases"
+        )
+
+    def last_fact_at(self) -> datetime | None:
+        """The latest instant a billing fact was recorded at (None: no fact yet).
+
+        On an embedded chain the clock runs faster than the wall clock, so this
+        is where the books' own time has got to.
+        """
+        return self._fact_time("MAX", "SELECT MAX(updated_us) AS t FROM leases")
+
+    def _fact_time(self, agg: str, leases: str) -> datetime | None:
+        with self._lock:
+            row = self.conn.execute(
+                f"SELECT {agg}(t) FROM ({leases}"
+                f" UNION ALL SELECT {agg}(at_us) FROM lease_events"
+                f" UNION ALL SELECT {agg}(at_us) FROM settlements"
+                f" UNION ALL SELECT {agg}(at_us) FROM withdrawals"
+                f" UNION ALL SELECT {agg}(at_us) FROM closures)"
+            ).fetchone()
+        return from_us(row[0]) if row and row[0] is not None else None
+
     def withdraw_lookups(self) -> list[WithdrawLookupOpened]:
         """The withdraw txs still being looked up, oldest first, to go on at start."""
         with self._lock:

@@ -6,9 +6,13 @@ finalized``:
 
 - a month that has ended and is stored ``open`` (or not stored yet) moves to
   ``grace``, reported as the transition ``"open -> grace"``;
-- in ``grace``, once ``now >= end + grace_hours`` it is metered, unless it
-  already has a completed or finalized run; with ``auto_finalize`` it is then
-  finalized over its latest completed run;
+- in ``grace``, once ``now >= end + grace_hours`` it is metered (a
+  completed run stores it ``metered``), unless it already has a completed
+  or finalized run; with ``auto_finalize`` it is then finalized over its
+  latest completed run;
+- ``metered`` (by the tick, or by ``run.py meter`` by hand), once its grace
+  has passed, it is finalized with ``auto_finalize`` and left for the
+  operator's review without;
 - a finalized month never changes.
 
 Both steps are taken against the status a month is *stored* with, so a month
@@ -16,12 +20,15 @@ that has just ended moves into grace on one tick and is metered on a later
 one (at an hourly tick that costs an hour), and a tick meters a month at most
 once.
 
-The walk starts at the earliest stored billing period (none stored: only the
-month before ``now``) and ends at the last month that has ended. It is
-capped at ``MAX_TICK_MONTHS``: nothing bounds how old the earliest row is,
-and a walk of thousands of months is a tick that never ends. The months left
-out are counted on the oldest month walked, so they are never dropped
-without a trace (``run.py meter --period`` bills them).
+The walk starts at the earliest stored billing period and ends at the last
+month that has ended. With none stored it starts at the month of the
+ledger's first fact, and with no fact at all it walks nothing: a month
+before anything the books hold would be a period of nothing (a ``--now``
+years back once wrote one that every later tick walked from). It is capped
+at ``MAX_TICK_MONTHS``: nothing bounds how old the earliest row is, and a
+walk of thousands of months is a tick that never ends. The months left out
+are counted on the oldest month walked, so they are never dropped without a
+trace (``run.py meter --period`` bills them).
 
 A month whose runs keep failing waits (``backoff``) and one failing month does
 not stop the walk: one month nothing prices must not keep the rest from
@@ -58,6 +65,7 @@ __all__ = [
     "Decision",
     "backoff",
     "decide",
+    "finalize_refusal",
     "MonthReport",
     "Report",
     "tick",
@@ -66,10 +74,11 @@ __all__ = [
 #: The longest walk one tick makes. Three years: an installation down longer
 #: than that has its older months billed by hand (``meter --period``).
 MAX_TICK_MONTHS = 36
-#: Wait before the second retry of a month whose runs fail; doubles per
-#: further failure. The first failure is retried at the next tick: most
+#: Wait after the second failure in a row of a month's runs; doubles per
+#: further failure (2, 4, 8, 16 h, then the cap), as the billing seed's
+#: engine waits. The first failure is retried at the next tick: most
 #: failures (a locked database, a crash mid-run) are gone by then.
-FIRST_RETRY_WAIT = timedelta(hours=1)
+FIRST_RETRY_WAIT = timedelta(hours=2)
 #: A month that keeps failing is still tried once a day, so it is billed as
 #: soon as what broke it is fixed, without an operator re-arming it.
 MAX_RETRY_WAIT = timedelta(hours=24)
@@ -83,9 +92,14 @@ class Metered:
     """What ``Options.execute`` returns: the completed run, and what went wrong beside it."""
 
     run_id: str
-    #: E.g. the run could not give its month's lock back: the run and its
-    #: lines stand, the next tick clears the lock.
+    #: What went wrong beside the run, e.g. it could not give its month's
+    #: lock back: the run and its lines stand, the next tick clears the lock.
     warning: str = ""
+    #: False when the run could not give its month's lock back. The month is
+    #: then not finalized on this tick (finalizing would meet the run's own
+    #: lock and fail a month that was billed): the next tick clears the lock
+    #: and finalizes it, as the seed's engine does.
+    lock_released: bool = True
 
 
 class MonthBusy(Exception):
@@ -130,7 +144,7 @@ class MonthState:
     """A month as stored, reduced to what the step decision reads."""
 
     month: Month
-    #: ``open``, ``grace``, ``finalized``; None when the month has no row yet.
+    #: ``open``, ``grace``, ``metered``, ``finalized``; None when the month has no row yet.
     status: str | None
     #: The latest completed (or finalized) run, None if there is none.
     completed_run: str | None = None
@@ -146,6 +160,10 @@ class PeriodBook(Protocol):
     """The stored billing periods and runs, as the tick reads and moves them."""
 
     def earliest(self) -> Month | None: ...
+
+    def first_fact(self) -> Month | None:
+        """The month of the ledger's first fact, None when it holds none."""
+        ...
 
     def reclaim_stale(self, month: Month, now: datetime) -> list[str]:
         """Mark runs of ``month`` left running by a dead process failed; describe each."""
@@ -185,7 +203,8 @@ class Decision:
 def backoff(failures: int) -> timedelta:
     """How long after its latest failure a month that failed ``failures`` times in a row waits.
 
-    None after the first, then 1 h doubling with each further failure, capped at 24 h.
+    None after the first, then 2 h doubling with each further failure, capped at 24 h:
+    2, 4, 8, 16, 24 h after 2 to 6 failures (the billing seed's schedule).
     """
     if failures <= 1:
         return timedelta(0)
@@ -205,7 +224,7 @@ def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bo
         return Decision(Action.NOTHING)
     if state.status in (None, "open"):
         return Decision(Action.TO_GRACE)
-    if state.status != "grace":
+    if state.status not in ("grace", "metered"):
         raise ValueError(f"billing period {state.month} has unknown status {state.status!r}")
     if now < state.month.end + grace:
         return Decision(Action.WAIT_GRACE)
@@ -218,6 +237,23 @@ def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bo
         if now < retry_after:
             return Decision(Action.HELD_BACK, retry_after=retry_after, failures=state.failures)
     return Decision(Action.METER, then_finalize=auto_finalize)
+
+
+def finalize_refusal(month: Month, now: datetime, grace: timedelta) -> str:
+    """Why ``month`` may not be finalized at ``now``: "" once it has ended and its grace has passed.
+
+    The tick never finalizes before (``decide``); an operator may, after a
+    month has ended, with a reason (``run.py finalize --force``).
+    """
+    if now < month.end:
+        return f"{month} has not ended: it ends {iso(month.end)}"
+    if now < month.end + grace:
+        return (
+            f"{month} is in its grace window until {iso(month.end + grace)}: facts that arrive late (a "
+            f"reconcile after a websocket gap, the settlement of its last hour) would miss its statement, "
+            f"which never changes once finalized"
+        )
+    return ""
 
 
 # -- the report -------------------------------------------------------------------------
@@ -303,10 +339,17 @@ class _Stop(Protocol):
     def is_set(self) -> bool: ...
 
 
-def walk(earliest: Month | None, now: datetime) -> tuple[list[Month], int]:
-    """The months a tick at ``now`` walks, oldest first, and how many older ones it leaves out."""
+def walk(earliest: Month | None, first_fact: Month | None, now: datetime) -> tuple[list[Month], int]:
+    """The months a tick at ``now`` walks, oldest first, and how many older ones it leaves out.
+
+    ``earliest``: the earliest stored period; ``first_fact``: the month of the ledger's first fact.
+    """
     last = Month.of(now).previous()
-    first = earliest if earliest is not None and earliest <= last else last
+    first = earliest if earliest is not None else first_fact
+    if first is None:  # no period, no fact: nothing to bill
+        return [], 0
+    # Empty where the first month has not ended (a period or a first fact of
+    # the month under way): the month before it is never walked.
     months = list(first.until(last))
     skipped = max(0, len(months) - MAX_TICK_MONTHS)
     return months[skipped:], skipped
@@ -316,7 +359,8 @@ def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None =
     """Walk the months that have ended and move each one step. ``now`` is an argument."""
     if now.tzinfo is None:
         raise ValueError("tick: now must be timezone-aware (UTC)")
-    months, skipped = walk(book.earliest(), now)
+    first_fact = book.first_fact()
+    months, skipped = walk(book.earliest(), first_fact, now)
     report = Report()
     grace = timedelta(hours=options.grace_hours)
     for i, month in enumerate(months):
@@ -325,6 +369,12 @@ def tick(book: PeriodBook, now: datetime, options: Options, stop: _Stop | None =
             break
         row = MonthReport(month=str(month), skipped_before=skipped if i == 0 else 0)
         report.months.append(row)
+        if first_fact is None or month < first_fact:
+            # A period stored before the books' first fact (an older build's
+            # tick): nothing of it is in the ledger, so nothing is written.
+            row.status = book.state(month).status or "open"
+            _warn(row, f"before the ledger's first fact ({first_fact or 'none yet'}): nothing to meter, left as it is")
+            continue
         try:
             _step(book, month, now, grace, options, row)
         except Exception as exc:  # one month's failure must not end the walk
@@ -369,9 +419,12 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
             row.error = str(exc)
             return
         row.run_id = metered.run_id
+        row.status = "metered"
         if metered.warning:
             _warn(row, metered.warning)
-        if decision.then_finalize:
+        if decision.then_finalize and not metered.lock_released:
+            _warn(row, "finalized on the next tick, once the lock is cleared")
+        elif decision.then_finalize:
             book.finalize(month, now, metered.run_id)
             row.finalized = True
             row.status = "finalized"

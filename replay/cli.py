@@ -18,7 +18,10 @@ replays of the same logs print identical bytes.
 Exit status: 0 when every decision matched; 1 when a decision diverged;
 2 when the logs are bad (a bad record stops the replay; with ``--skip-bad``
 the replay goes on and the status still says records were skipped); 3 for
-both. A configuration that cannot be used is 2 as well.
+both. A configuration that cannot be used is 2 as well, and so is a LOG
+that does not exist or a folder with no capture in it: replaying nothing
+is not "no divergence". Quitting ``--step`` with ``q`` is a stop the user
+asked for: its own line, and the status of what was replayed until then.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import IO, Any, Callable
 
 from capture.errors import CaptureError
-from capture.reader import CaptureReader
+from capture.format import FILE_SUFFIX
+from capture.reader import CaptureReader, capture_files
 from replay import describe
 from replay.config import merge_overrides
 from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
+from runtime.cli import error_line
 from runtime.config import Config, ConfigError, parse_duration
 
 __all__ = ["add_command", "run_replay", "EXIT_DIVERGED", "EXIT_BAD_LOGS"]
@@ -62,6 +68,23 @@ def _duration(text: str) -> Any:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _NoCapture(Exception):
+    """A LOG that names nothing to replay."""
+
+
+def _check_logs(logs: list[str]) -> None:
+    """Each LOG exists, and together they hold a capture file: replaying nothing is an error, not a clean result."""
+    for log in logs:
+        path = Path(log)
+        if not path.exists():
+            raise _NoCapture(f"{log}: no such file or folder (expected capture files, *{FILE_SUFFIX}, or their folder)")
+        if path.is_dir() and not capture_files([path]):
+            raise _NoCapture(
+                f"{log}: no capture file (*{FILE_SUFFIX}) in this folder; is [capture] directory another one, "
+                f"or was capture off ([capture] enabled)?"
+            )
 
 
 def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argparse.ArgumentParser:
@@ -194,6 +217,8 @@ class _Text:
             w(f"== no line concerns tenant {d['tenant']} in these logs: is that the tenant's address?\n")
         if d.get("error"):
             w(f"== stopped: {d['error']}\n")
+        if d.get("quit"):
+            w("== stopped at your request (q): the counts above are of what was replayed until then\n")
 
 
 class _Json:
@@ -229,8 +254,12 @@ def run_replay(
             if load_config is None:
                 raise ConfigError("--with-config needs a configuration loader")
             config = load_config(args.with_config)
+        _check_logs(args.logs)
     except ConfigError as exc:
-        stderr.write(f"error: {exc}\n")
+        stderr.write(error_line(exc) + "\n")
+        return EXIT_BAD_LOGS
+    except _NoCapture as exc:
+        stderr.write(error_line(exc) + "\n")
         return EXIT_BAD_LOGS
     out = _Json(stdout) if args.json else _Text(stdout)
     replayer = Replayer(
@@ -238,6 +267,7 @@ def run_replay(
         replayed=replayed_for(args.tenant) if args.tenant else is_replayed,
     )
     error: str | None = None
+    quit_at: int | None = None  # timeline lines shown when the user quit --step
     reader: CaptureReader | None = None
     shown = 0  # timeline lines and divergences shown (with --tenant: that tenant's)
     stepping = args.step
@@ -264,7 +294,7 @@ def run_replay(
                 if answer == "" or answer.strip().lower() == "c":
                     stepping = False
                 elif answer.strip().lower() == "q":
-                    error = "stopped at the user's request"
+                    quit_at = shown
                     break
         progress.clear()
     except CaptureError as exc:
@@ -272,7 +302,7 @@ def run_replay(
     except (ReplayError, ConfigError) as exc:
         error = str(exc)
     skipped = reader.skipped if reader is not None else None
-    bad = bool(skipped and skipped.total) or (error is not None and error != "stopped at the user's request")
+    bad = bool(skipped and skipped.total) or error is not None
     summary = {
         "runs": replayer.runs,
         "records": replayer.records,
@@ -285,11 +315,12 @@ def run_replay(
         "skipped_problems": [str(p) for p in skipped.problems] if skipped else [],
         "error": error,
         "until_reached": replayer.stopped_early,
+        "quit": quit_at is not None,
     }
     if args.tenant is not None:
         summary.update(tenant=args.tenant, tenant_lines=shown)
     out.summary(summary)
     stdout.flush()
     if error is not None and not args.json:
-        stderr.write(f"error: {error}\n")
+        stderr.write(error_line(error) + "\n")
     return (EXIT_DIVERGED if replayer.divergences else 0) | (EXIT_BAD_LOGS if bad else 0)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from typing import Any
@@ -68,30 +67,33 @@ class Running:
                 logger.exception("error while shutting down")
 
 
-def _open_ledger(config: Config) -> Any:
+def _open_ledger(config: Config, signer: str) -> Any:
     """The ledger named by ``[ledger] path`` (None when it is empty).
 
     An embedded chain (model, devnet) lives only as long as this process, so
     books kept for the previous one describe leases that no longer exist:
     restored, they would be metered as if still running. Its ledger is a file
-    of its own, and the previous run's is moved aside (to ``*.previous``),
-    never deleted.
+    of its own, and the previous run's is set aside under a timestamped name,
+    the last ``[ledger] embedded_keep`` kept (``ledger.embedded_books``).
+
+    The ledger is the books of this chain, provider and ``signer``: a ledger
+    of another is refused (``ledger.identity``).
     """
-    from ledger.settings import embedded_ledger_path, resolve_ledger_path
+    from ledger.settings import embedded_ledger_path, ledger_path
     from ledger.store import Ledger
 
-    path = resolve_ledger_path(config.ledger, config.source)
+    path = ledger_path(config.ledger)
     if path is None:
         return None
     if config.chain.mode in ("model", "devnet"):
+        from ledger.embedded_books import set_aside
+
         path = embedded_ledger_path(path)
-        if path.exists():
-            for suffix in ("", "-wal", "-shm"):
-                old = Path(f"{path}{suffix}")
-                if old.exists():
-                    old.replace(Path(f"{path.with_suffix('.previous' + path.suffix)}{suffix}"))
-            logger.info("the previous embedded chain's ledger was moved to %s", path.with_suffix(".previous" + path.suffix))
-    return Ledger.open(path, config.provider.uuid, synchronous=config.ledger.synchronous)
+        set_aside(path, config.ledger.embedded_keep)
+    return Ledger.open(
+        path, config.provider.uuid, synchronous=config.ledger.synchronous, chain_id=config.chain.chain_id,
+        signer=signer,
+    )
 
 
 def _open_capture(config: Config, clock: Clock) -> Any:
@@ -109,6 +111,8 @@ class _Chain:
     client: Any
     events: Callable[[Sidecar], Any]
     endpoint: str
+    #: The provider's account, which signs for it: whose books the ledger holds.
+    signer: str
     model: BillingModel | None = None
     world: DemoWorld | None = None
     faults: Faults | None = None
@@ -156,6 +160,7 @@ def _model_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
         client,
         lambda s: ModelEventFeed(model, s.router, s.provider_uuid),
         "in-process chain model",
+        PROVIDER_ADDRESS,
         model,
         world,
         faults,
@@ -208,6 +213,7 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
         client,
         lambda s: ListenerPart(s, devnet.websocket_url, config),
         f"embedded devnet: gRPC {devnet.grpc_url}, websocket {devnet.websocket_url}, chain {devnet.chain_id}",
+        devnet.provider_address,
         model,
         world,
         closers=closers,
@@ -216,13 +222,16 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
 
 def _node_chain(config: Config, clock: Clock) -> _Chain:
     from chain.cosmpy_client import CosmpyChainClient
+    from chain.keys import load_configured_key
 
-    client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id)
+    key = load_configured_key(config.node, config.source)
+    client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id, key=key)
     return _Chain(
         client,
         lambda s: ListenerPart(s, config.node.websocket_url, config),
         f"node: gRPC {config.node.grpc_url}, websocket {config.node.websocket_url}, chain {config.chain.chain_id}, "
         f"signing as {client.address}",
+        client.address,
         closers=[client.close],
     )
 
@@ -248,9 +257,15 @@ def build(
     else:
         chain = _node_chain(config, clock)
     closers: list[Callable[[], None]] = list(chain.closers)
+    ledger = None
     try:
+        # The ledger before the capture: a ledger of another chain is refused
+        # before a capture of this run is started.
+        ledger = _open_ledger(config, chain.signer)
         capture = _open_capture(config, clock)
     except BaseException:
+        if ledger is not None:
+            ledger.close()
         for close in reversed(closers):
             close()
         raise
@@ -262,7 +277,6 @@ def build(
         closers.insert(0, capture.close)
     if not manual:
         closers.insert(0, dispatcher.shutdown)
-    ledger = _open_ledger(config)
     parts: list[Callable[[Sidecar], Any]] = [chain.events]
     restored: list[Any] = []
     lookups: list[Any] = []

@@ -70,8 +70,8 @@ def test_bad_key_material_is_reported_without_quoting_it(tmp_path: Path, monkeyp
     with pytest.raises(KeyLoadError) as info:
         load_provider_key(path)
     assert "zzzsecretword" not in str(info.value)
-    assert info.value.__cause__ is None and info.value.__suppress_context__
-    assert str(path) in str(info.value)
+    assert info.value.__cause__ is None and (info.value.__context__ is None or info.value.__suppress_context__)
+    assert str(path) in str(info.value) and "word 12 is not in the BIP-39 English word list" in str(info.value)
 
     monkeypatch.setenv("LW_TEST_KEY", "not a key at all deadbeef")
     with pytest.raises(KeyLoadError, match="environment variable LW_TEST_KEY") as info:
@@ -110,3 +110,43 @@ def test_write_key_file_refuses_to_overwrite(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         write_key_file(path, ProviderKey.generate())
     assert os.stat(path).st_mode & 0o077 == 0
+
+
+def _swapped(mnemonic: str, i: int, j: int) -> str:
+    words = mnemonic.split()
+    words[i], words[j] = words[j], words[i]
+    return " ".join(words)
+
+
+def test_a_mnemonic_whose_checksum_is_wrong_is_refused(tmp_path: Path) -> None:
+    from chain.keys import mnemonic_problem
+
+    assert mnemonic_problem(MNEMONIC.split()) == ""
+    # Two words swapped: every word is in the list, the checksum is not (the vector's first two differ).
+    swapped = _swapped(MNEMONIC, 0, 1)
+    assert "checksum does not match" in mnemonic_problem(swapped.split())
+    path = _key_file(tmp_path, swapped)
+    with pytest.raises(KeyLoadError, match="not a valid BIP-39 mnemonic: its checksum does not match") as info:
+        load_provider_key(path)
+    assert "economy" not in str(info.value) and "stock" not in str(info.value)
+    # The standard all-"abandon" vector of 12 words ends in "about" (its checksum word).
+    assert mnemonic_problem(["abandon"] * 11 + ["about"]) == ""
+    assert "checksum" in mnemonic_problem(["abandon"] * 12)
+
+
+def test_the_configured_key_error_names_the_file_and_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chain.keys import load_configured_key
+    from runtime.config import ConfigError, load_config
+
+    conf = tmp_path / "config.toml"
+    key = _key_file(tmp_path, MNEMONIC, 0o644)
+    conf.write_text(f'[node]\nkey_file = "{key.name}"\n')
+    with pytest.raises(ConfigError, match=rf"config.toml: \[node\] key_file: key file {key} has mode 0644.*chmod 600"):
+        load_configured_key(load_config(conf).node, str(conf))
+    key.chmod(0o600)
+    loaded = load_configured_key(load_config(conf).node, str(conf))
+    assert loaded.address == _as_manifest(COSMOS_ADDRESS) and loaded.form == "a 24-word BIP-39 mnemonic"
+    monkeypatch.delenv("LW_UNSET_KEY", raising=False)
+    conf.write_text('[node]\nkey_env = "LW_UNSET_KEY"\n')
+    with pytest.raises(ConfigError, match=r"\[node\] key_env: environment variable LW_UNSET_KEY is not set"):
+        load_configured_key(load_config(conf).node, str(conf))

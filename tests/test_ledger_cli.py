@@ -72,7 +72,9 @@ def test_tick_moves_then_meters_and_prints_a_table(capsys, config, books):
     code, out, _ = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z", "--json")
     assert code == 0
     report = json.loads(out)
-    (march,) = report["months"]
+    # None stored: the walk starts at the month of the first fact (la's start, 2026-02-01).
+    february, march = report["months"]
+    assert february["month"] == "2026-02" and february["run_id"]
     assert march["month"] == "2026-03" and march["run_id"] and not march["finalized"] and march["error"] == ""
 
 
@@ -121,25 +123,25 @@ def test_meter_writes_the_period_row_and_refuses_a_finalized_month(capsys, confi
     code, out, _ = run(capsys, config, "periods")
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("2026-03"))
-    assert "open" in line and "completed" in line
+    assert line.split()[1] == "metered" and "completed" in line
     code, out, _ = run(capsys, config, "finalize", "--period", "2026-03")
     assert code == 0 and out.startswith("finalized 2026-03 over run ")
     code, _, err = run(capsys, config, "meter", "--period", "2026-03")
-    assert code == 1
+    assert code == 2
     assert "error: 2026-03 is finalized over run" in err and "never metered again" in err
     code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
-    assert code == 1 and "already finalized" in err
+    assert code == 2 and "already finalized" in err
 
 
 def test_meter_refuses_a_month_that_has_not_ended(capsys, config, books):
     code, _, err = run(capsys, config, "meter", "--period", "2026-04", "--now", "2026-04-15T00:00:00Z")
-    assert code == 1 and "2026-04 has not ended: it ends 2026-05-01T00:00:00Z" in err
+    assert code == 2 and "2026-04 has not ended: it ends 2026-05-01T00:00:00Z" in err
 
 
 def test_finalize_needs_a_completed_run(capsys, config, books):
     run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
     code, _, err = run(capsys, config, "finalize", "--period", "2026-03")
-    assert code == 1 and "no completed run to finalize" in err
+    assert code == 2 and "no completed run to finalize" in err
 
 
 def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
@@ -165,9 +167,9 @@ def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
     ]
 
     code, _, err = run(capsys, config, "statement", "--period", "2026-03", "--tenant", "manifest1nobody")
-    assert code == 1 and "manifest1nobody has nothing in the statement of 2026-03" in err
+    assert code == 2 and "manifest1nobody has nothing in the statement of 2026-03" in err
     code, _, err = run(capsys, config, "statement", "--period", "2026-01")
-    assert code == 1 and "no billing period 2026-01" in err
+    assert code == 2 and "no billing period 2026-01" in err
 
 
 def test_add_commands_plugs_into_another_programs_parser(config, books):
@@ -197,3 +199,150 @@ def test_on_an_embedded_chain_the_commands_read_its_own_books(capsys, tmp_path):
     lg.close()
     code, out, _ = run(capsys, config, "periods")
     assert code == 0 and "2026-02" in out and "grace" in out
+
+
+def test_meter_of_a_month_before_any_fact_is_refused(capsys, config, books):
+    code, _, err = run(capsys, config, "meter", "--period", "2025-06", "--now", "2026-04-01T00:00:00Z")
+    assert code == 2
+    assert "2025-06 is before anything in the ledger" in err and "its first fact is of 2026-02-01T00:00:00Z" in err
+    code, out, _ = run(capsys, config, "periods")
+    assert "2025-06" not in out
+
+
+def test_tick_years_back_writes_no_period(capsys, config, books):
+    code, out, _ = run(capsys, config, "tick", "--now", "2020-01-01T00:00:00Z")
+    assert code == 0 and "(no month to walk: none has ended since the first fact of the books)" in out
+    code, out, _ = run(capsys, config, "periods")
+    assert "no billing period stored yet" in out
+
+
+def _dump(path: Path) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_a_now_after_the_wall_clock_needs_dry_run_and_then_writes_nothing(capsys, config, books):
+    from datetime import datetime, timedelta, timezone
+
+    from ledger.periods import iso
+
+    later = iso((datetime.now(timezone.utc) + timedelta(days=40)).replace(microsecond=0))
+    before = _dump(books)
+    for argv in (("tick", "--now", later), ("meter", "--period", "2026-03", "--now", later),
+                 ("finalize", "--period", "2026-03", "--now", later)):
+        code, out, err = run(capsys, config, *argv)
+        assert code == 2 and out == ""
+        assert f"error: --now {later} is after this machine's clock" in err and "add --dry-run" in err
+    code, out, err = run(capsys, config, "tick", "--now", later, "--dry-run", "--json")
+    assert code == 0
+    report = json.loads(out)  # the note goes to stderr: stdout stays JSON
+    assert [m["month"] for m in report["months"]][:2] == ["2026-02", "2026-03"]
+    assert f"dry run at {later}: nothing was written to {books}" in err
+    assert _dump(books) == before
+
+
+def test_a_dry_run_meters_and_finalizes_a_copy(capsys, config, books):
+    before = _dump(books)
+    code, out, err = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z", "--dry-run")
+    assert code == 0 and out.startswith("metered 2026-03: run ") and "nothing was written" in err
+    assert _dump(books) == before
+
+
+def test_finalize_waits_for_the_month_to_end_and_its_grace_to_pass(capsys, config, books):
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-03-20T00:00:00Z", "--force", "why not")
+    assert code == 2 and "2026-03 has not ended: it ends 2026-04-01T00:00:00Z" in err  # --force cannot end a month
+    code, _, err = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T06:00:00Z")
+    assert code == 0 and "warning: 2026-03 is in its grace window until 2026-04-02T00:00:00Z" in err
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-04-01T07:00:00Z")
+    assert code == 2
+    assert "2026-03 is in its grace window until 2026-04-02T00:00:00Z" in err and "--force REASON" in err
+    code, out, _ = run(capsys, config, "periods")
+    assert next(line for line in out.splitlines() if line.startswith("2026-03")).split()[1] == "metered"
+
+
+def test_finalize_with_force_keeps_the_reason_in_the_ledger(capsys, config, books):
+    run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-01T06:00:00Z")
+    code, out, _ = run(capsys, config, "finalize", "--period", "2026-03", "--now", "2026-04-01T07:00:00Z",
+                       "--force", "tenant disputes nothing, invoice due today")
+    assert code == 0 and out.endswith("before its grace had passed: tenant disputes nothing, invoice due today\n")
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        assert Periods(lg).forced_reason(Month(2026, 3)) == "tenant disputes nothing, invoice due today"
+        assert lg.conn.execute("SELECT at_us FROM forced_finalizations").fetchone() is not None
+    finally:
+        lg.close()
+    code, out, _ = run(capsys, config, "periods")
+    assert "finalized before its grace had passed: tenant disputes nothing, invoice due today" in out
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "line\nbreak", "x" * 257])
+def test_a_force_reason_must_be_one_printable_line(capsys, config, books, reason):
+    code, _, err = run(capsys, config, "finalize", "--period", "2026-03", "--force", reason)
+    assert code == 2 and "argument --force: expected" in err and err.count("\n") == 1
+
+
+def test_an_unknown_tenant_prints_no_header_before_its_error(capsys, config, books):
+    run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z")
+    for fmt in ("csv", "json"):
+        code, out, err = run(capsys, config, "statement", "--period", "2026-03", "--tenant", "manifest1nobody", "--format", fmt)
+        assert code == 2 and out == ""
+        assert "manifest1nobody has nothing in the statement of 2026-03" in err
+
+
+def test_the_month_under_way_has_a_provisional_statement(capsys, config, books):
+    from datetime import timedelta
+
+    from ledger.statements import statement, write_json
+
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        now = utc(2026, 3, 11, 12)
+        st = statement(lg, Month(2026, 3), now)
+        assert st.provisional_until == now and st.run_id == "" and not st.final
+        groups = {name: (totals, lines) for name, totals, lines in st.groups}
+        seconds = (now - utc(2026, 3, 1)) // timedelta(seconds=1)
+        assert groups[ALICE][0] == [(ALICE, "umfx", 1, str(2 * seconds), "100", str(2 * seconds - 100))]
+        assert BOB not in groups  # his lease starts on the 31st
+        out = io.StringIO()
+        write_json(statement(lg, Month(2026, 3), now), out)
+        doc = json.loads(out.getvalue())
+        assert (doc["provisional"], doc["run_id"], doc["as_of"]) == (True, None, "2026-03-11T12:00:00Z")
+        assert lg.conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)  # nothing stored
+    finally:
+        lg.close()
+    # Through the command, on this machine's clock: the month under way by default.
+    lg = Ledger.open(books, PROVIDER)
+    from datetime import datetime, timezone
+
+    month = Month.of(datetime.now(timezone.utc))
+    lg.record(LeasesReconciled(month.start, (Lease("lc", BOB, PROVIDER, (LeaseItem("s", 1, Coin("upwr", 5)),), acknowledged_at=month.start),)))
+    lg.close()
+    code, out, err = run(capsys, config, "statement")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["run_id"] for r in rows} == {"provisional"} and {r["period"] for r in rows} == {str(month)}
+    # A listing alone ends nothing: Bob's lease of March is still open in the books, beside "lc".
+    lc = next(r for r in rows if r["tenant"] == BOB and r["line"] == "lease" and r["lease_uuid"] == "lc")
+    assert int(lc["accrued"]) == 5 * int(lc["seconds"]) and int(lc["seconds"]) > 0
+    assert err.startswith(f"provisional: {month} has not ended; its figures up to ")
+
+
+def test_a_provisional_statement_runs_to_the_books_latest_fact_when_their_clock_is_ahead(config, books):
+    """An embedded chain's clock runs faster than the wall: 'so far' is where the books have got to,
+    or a settlement recorded after now would be set against less accrual than it settled."""
+    from ledger.statements import statement
+
+    lg = Ledger.open(books, PROVIDER)
+    try:
+        lg.record(LeaseSettled(utc(2026, 3, 20), "TX2", "la", (Coin("umfx", 50),)))
+        st = statement(lg, Month(2026, 3), utc(2026, 3, 11))
+        assert st.provisional_until == utc(2026, 3, 20)
+        (alice,) = [totals for name, totals, _ in st.groups if name == ALICE]
+        assert alice[0][3] == str(2 * 19 * 86400) and alice[0][4] == "150"
+    finally:
+        lg.close()

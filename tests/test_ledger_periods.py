@@ -48,3 +48,34 @@ def test_instants_parse_to_utc_and_store_exactly():
     assert iso(t) == "2026-04-02T01:00:00.000007Z" and iso(None) == ""
     with pytest.raises(ValueError, match="naive"):
         to_us(datetime(2026, 4, 2))
+
+
+def test_a_version_2_ledger_migrates_its_metered_months(tmp_path):
+    """A ledger written before ``metered`` existed: a month with a completed run becomes metered."""
+    import sqlite3
+
+    from ledger.schema import MIGRATIONS, migrate
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    migrate(conn, str(path), lambda: "then", MIGRATIONS[:2])
+    for period, status in (("2026-02", "grace"), ("2026-03", "grace"), ("2026-01", "finalized")):
+        conn.execute(
+            "INSERT INTO billing_periods (period, period_from_us, period_to_us, status, created_us, updated_us) "
+            "VALUES (?, 0, 0, ?, 0, 0)", (period, status),
+        )
+    conn.execute("INSERT INTO runs (id, period, status, started_us) VALUES ('r2', '2026-02', 'completed', 0)")
+    conn.execute("INSERT INTO runs (id, period, status, started_us) VALUES ('r3', '2026-03', 'failed', 0)")
+    conn.close()
+    from ledger.store import Ledger
+
+    lg = Ledger.open(path, "0b5e3f8e-8c1a-4b7e-9a53-2f6a1c9d4e10")
+    try:
+        rows = dict(lg.conn.execute("SELECT period, status FROM billing_periods").fetchall())
+        assert rows == {"2026-01": "finalized", "2026-02": "metered", "2026-03": "grace"}
+        assert lg.conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+        with pytest.raises(sqlite3.IntegrityError):  # the runs still point at the rebuilt table
+            lg.conn.execute("INSERT INTO runs (id, period, status, started_us) VALUES ('x', '2030-01', 'failed', 0)")
+    finally:
+        lg.close()

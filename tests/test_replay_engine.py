@@ -474,7 +474,20 @@ def test_a_crashed_run_is_not_given_the_clean_stop_of_an_empty_run_after_it(tmp_
 def test_cli_step_pauses_after_each_line(tmp_path):
     paths = live_run(tmp_path, cycles=1)
     status, text, err = _cli(paths, ("step", True), stdin="\n\nq\n")
-    assert err.count("[step]") == 3 and "stopped at the user's request" in text
+    assert err.count("[step]") == 3
+    assert "== stopped at your request (q)" in text and "== stopped:" not in text
+    assert "error" not in err and status == 0  # a stop the user asked for is a clean exit
+
+
+def test_cli_refuses_to_replay_nothing(tmp_path):
+    empty = tmp_path / "captures"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a capture")
+    status, text, err = _cli([empty])
+    assert status == 2 and text == ""
+    assert err == f"error: {empty}: no capture file (*.lwcap) in this folder; is [capture] directory another one, or was capture off ([capture] enabled)?\n"
+    status, text, err = _cli([tmp_path / "gone.lwcap"])
+    assert status == 2 and text == "" and "gone.lwcap: no such file or folder" in err and "no divergence" not in err
 
 
 def test_the_collector_setting_is_raised_while_replays_run_and_restored_after(tmp_path):

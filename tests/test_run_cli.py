@@ -43,6 +43,12 @@ def test_the_demo_runs_on_the_model_and_ends_with_a_summary(tmp_path: Path) -> N
     replay = run("--config", str(tmp_path / "config.toml"), "replay", str(tmp_path / "cap"), cwd=tmp_path)
     assert replay.returncode == 0, replay.stdout[-2000:]
     assert "no divergence" in replay.stdout
+    # and the demo ends with a statement: the month under way, so far
+    statement = run("--config", str(tmp_path / "config.toml"), "statement", cwd=tmp_path)
+    assert statement.returncode == 0, statement.stderr
+    rows = statement.stdout.splitlines()
+    assert len(rows) > 1 and all(",provisional,false,manifest1" in row for row in rows[1:])
+    assert statement.stderr.startswith("provisional: ")
 
 
 def test_the_demo_runs_on_the_devnet_through_grpc_and_the_websocket(tmp_path: Path) -> None:
@@ -73,3 +79,32 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
         assert f"\n    {command} " in out.stdout  # listed with its help line, not just named somewhere
     out = run("run", "--help", cwd=tmp_path)
     assert "--duration" in out.stdout and "--speed" in out.stdout
+
+
+def test_a_run_with_its_config_elsewhere_writes_nothing_where_it_was_started(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    started_in = tmp_path / "checkout"
+    started_in.mkdir()
+    conf = elsewhere / "config.toml"
+    conf.write_text('[chain]\nmode = "model"\n[demo]\nspeed = 1200.0\n[ledger]\npath = "books.sqlite"\n[capture]\ndirectory = "caps"\n')
+    out = run("--config", str(conf), "--duration", "2m", cwd=started_in)
+    assert out.returncode == 0, out.stderr
+    assert list(started_in.iterdir()) == []
+    assert any((elsewhere / "caps").iterdir()) and (elsewhere / "books-embedded.sqlite").exists()
+
+
+def test_run_refuses_an_exposed_key_in_one_line_before_it_creates_a_ledger(tmp_path: Path) -> None:
+    key = tmp_path / "provider.key"
+    key.write_text("economy stock theory fatal elder harbor betray wasp final emotion task crumble\n")
+    key.chmod(0o644)
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        '[chain]\nmode = "node"\nchain_id = "manifest-1"\n[node]\nkey_file = "provider.key"\n'
+        '[ledger]\npath = "books.sqlite"\n[capture]\nenabled = false\n'
+    )
+    out = run("--config", str(conf), "--duration", "1m", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "[node] key_file: key file" in out.stderr and "mode 0644" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "economy" not in out.stderr + out.stdout
+    assert not (tmp_path / "books.sqlite").exists()

@@ -29,6 +29,7 @@ from ledger.tick import (
     decide,
     tick,
 )
+from messages.ledger import WithdrawalRecorded
 from runtime.clock import ManualClock, utc
 
 PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
@@ -76,8 +77,14 @@ def wall() -> Wall:
 @pytest.fixture
 def ledger(tmp_path, wall):
     lg = Ledger.open(tmp_path / "ledger.sqlite", PROVIDER, wall=wall)
+    fact(lg, MAR.start)  # the books begin in March: the walk starts there
     yield lg
     lg.close()
+
+
+def fact(ledger: Ledger, at: datetime) -> None:
+    """A fact of the books at ``at`` that no statement line comes from (an empty withdraw page)."""
+    ledger.record(WithdrawalRecorded(at, 1, 1, f"TX-{at.isoformat()}", (), 0))
 
 
 @pytest.fixture
@@ -100,7 +107,8 @@ def only(report):
 
 
 # -- the walk and the first steps -----------------------------------------------------------
-def test_first_month_of_a_fresh_deployment_moves_into_grace(periods, execute):
+def test_first_month_of_a_fresh_deployment_moves_into_grace(periods, execute, ledger):
+    fact(ledger, FEB.start + timedelta(days=3))
     clock = ManualClock(utc(2026, 3, 15, 9))
     report = tick(periods, clock.now(), options(execute))
     row = only(report)
@@ -138,7 +146,7 @@ def test_metered_once_grace_has_passed_then_left_alone(periods, execute):
     row = only(tick(periods, clock.now(), options(execute)))
     assert row.run_id and not row.finalized and not row.error
     assert [r.status for r in periods.runs(MAR)] == ["completed"]
-    assert periods.status(MAR) == "grace"  # finalized only when asked
+    assert periods.status(MAR) == "metered" and row.status == "metered"  # finalized only when asked
 
     clock.advance(timedelta(hours=1))
     row = only(tick(periods, clock.now(), options(execute)))
@@ -153,7 +161,7 @@ def test_finalize_only_when_asked(periods, execute):
     metered = only(tick(periods, clock.now(), options(execute))).run_id
     clock.advance(timedelta(hours=1))
     assert not only(tick(periods, clock.now(), options(execute))).finalized
-    assert periods.status(MAR) == "grace"
+    assert periods.status(MAR) == "metered"
 
     # auto_finalize turned on later: finalized over the run that is there, no new run.
     clock.advance(timedelta(hours=1))
@@ -188,7 +196,8 @@ def test_a_finalized_month_never_changes(periods, execute, ledger):
 
 
 # -- failures -----------------------------------------------------------------------------------
-def test_a_failed_month_is_reported_and_the_walk_goes_on(periods, execute):
+def test_a_failed_month_is_reported_and_the_walk_goes_on(periods, execute, ledger):
+    fact(ledger, FEB.start)
     execute.failing.add("2026-02")
     tick(periods, FEB.end, options(execute))  # Feb -> grace
     feb, mar = tick(periods, MAR.end, options(execute))  # Feb is due and fails; March still moves
@@ -213,7 +222,8 @@ def test_a_tick_meters_a_month_at_most_once_even_when_it_fails(periods, execute)
 
 def test_backoff_schedule():
     assert backoff(1) == timedelta(0)
-    assert [backoff(n) for n in range(2, 8)] == [timedelta(hours=h) for h in (1, 2, 4, 8, 16, 24)]
+    # The billing seed's engine: 2, 4, 8, 16, 24 h after 2 to 6 failures in a row.
+    assert [backoff(n) for n in range(2, 8)] == [timedelta(hours=h) for h in (2, 4, 8, 16, 24, 24)]
     assert backoff(8) == timedelta(hours=24)
     assert backoff(10_000) == timedelta(hours=24)  # no overflow
 
@@ -230,7 +240,7 @@ def test_failing_month_waits_by_the_backoff_schedule(periods, execute):
     assert row.error and row.retry_after is None  # failure 2, tried at once
     second_failure = clock.now()
 
-    expected_waits = [1, 2, 4, 8, 16, 24, 24]
+    expected_waits = [2, 4, 8, 16, 24, 24, 24]
     for n, hours in enumerate(expected_waits, start=2):
         retry_at = periods.runs(MAR)[-1].completed + timedelta(hours=hours)
         clock.advance(timedelta(minutes=1))
@@ -337,7 +347,8 @@ def test_the_walk_starts_at_the_earliest_stored_period(periods, execute):
     assert [m.month for m in tick(periods, now, options(execute))] == ["2025-11", "2025-12", "2026-01", "2026-02"]
 
 
-def test_a_stopped_tick_stops_between_months(periods, execute):
+def test_a_stopped_tick_stops_between_months(periods, execute, ledger):
+    fact(ledger, utc(2025, 11, 2))
     now = utc(2026, 3, 10)
     periods.to_grace(Month(2025, 11), now - timedelta(days=100))
     stop = threading.Event()
@@ -365,6 +376,71 @@ def test_decide_is_pure_and_follows_the_stored_status():
     assert decide(MonthState(MAR, "grace", running_elsewhere="x"), now, grace, False).action is Action.BUSY
     assert decide(MonthState(MAR, "finalized", completed_run="r"), now, grace, True).action is Action.NOTHING
     held = decide(MonthState(MAR, "grace", failures=3, last_failure_at=now - timedelta(hours=1)), now, grace, False)
-    assert held.action is Action.HELD_BACK and held.retry_after == now + timedelta(hours=1)
+    assert held.action is Action.HELD_BACK and held.retry_after == now + timedelta(hours=3)  # 4 h after the third
+    assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, True).action is Action.FINALIZE
+    assert decide(MonthState(MAR, "metered", completed_run="r"), now, grace, False).action is Action.NOTHING
+    # Metered by hand inside the grace window: not finalized before the window has passed.
+    assert decide(MonthState(MAR, "metered", completed_run="r"), MAR.end, grace, True).action is Action.WAIT_GRACE
     with pytest.raises(ValueError, match="unknown status"):
-        decide(MonthState(MAR, "metered"), now, grace, False)
+        decide(MonthState(MAR, "reviewed"), now, grace, False)
+
+
+# -- never before the books ---------------------------------------------------------------------
+def test_a_tick_years_in_the_past_writes_no_period(periods, execute):
+    report = tick(periods, utc(2020, 1, 1), options(execute))
+    assert len(report) == 0
+    assert periods.earliest() is None  # no 2019-12 row for every later tick to walk from
+
+
+def test_no_fact_no_walk(tmp_path, wall):
+    lg = Ledger.open(tmp_path / "empty.sqlite", PROVIDER, wall=wall)
+    try:
+        assert len(tick(Periods(lg), utc(2026, 4, 10), options(Executor(lg, Periods(lg))))) == 0
+    finally:
+        lg.close()
+
+
+def test_a_period_stored_before_the_first_fact_is_left_as_it_is(periods, execute):
+    periods.to_grace(FEB, MAR.start)  # an older build's tick, before the first fact (March)
+    feb, mar = tick(periods, MAR.end + timedelta(hours=GRACE), options(execute))
+    assert "before the ledger's first fact (2026-03)" in feb.warning and not feb.error
+    assert periods.status(FEB) == "grace" and periods.runs(FEB) == []
+    assert mar.transition == TRANSITION_TO_GRACE
+
+
+def test_a_month_before_the_first_fact_is_never_metered(ledger):
+    from ledger.runs import BeforeTheBooks
+
+    with pytest.raises(BeforeTheBooks, match=r"2026-02 is before anything in the ledger .* \(its first fact is of 2026-03-01T00:00:00Z\)"):
+        meter_month(ledger, FEB, MAR.end)
+    assert Periods(ledger).status(FEB) is None
+
+
+def test_an_earliest_period_in_the_month_under_way_walks_nothing_before_it(periods, execute, ledger):
+    """The seed's walk starts at the earliest stored row: one of the month under way has not ended,
+    so there is nothing to walk, and the month before it is not walked in its place."""
+    fact(ledger, FEB.start)
+    periods.to_grace(MAR, utc(2026, 3, 10))  # a row of March, written in March
+    assert len(tick(periods, utc(2026, 3, 15), options(execute))) == 0
+    assert periods.status(FEB) is None
+
+
+def test_a_run_that_cannot_give_its_lock_back_is_finalized_on_the_next_tick(periods, execute, monkeypatch):
+    """The seed's engine: the run and its lines stand, the tick warns, and finalizes on its next walk."""
+    tick(periods, MAR.end, options(execute, auto_finalize=True))
+    real_release = Periods.release
+
+    def stuck(self, month, run_id):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk I/O error")
+
+    monkeypatch.setattr(Periods, "release", stuck)
+    report = tick(periods, MAR.end + timedelta(hours=GRACE), options(execute, auto_finalize=True))
+    row = only(report)
+    assert row.run_id and not row.finalized and row.error == "" and not report.failed
+    assert "could not give the lock of 2026-03 back" in row.warning and "finalized on the next tick" in row.warning
+    assert periods.status(MAR) == "metered" and periods.lock(MAR) is not None
+
+    monkeypatch.setattr(Periods, "release", real_release)
+    row = only(tick(periods, MAR.end + timedelta(hours=GRACE + 1), options(execute, auto_finalize=True)))
+    assert row.finalized and not row.error and periods.status(MAR) == "finalized"
+    assert periods.lock(MAR) is None and len(execute.calls) == 1
