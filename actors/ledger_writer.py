@@ -173,9 +173,6 @@ class LedgerActor(PooledActor):
             if self.close_ledger_on_stop:
                 self.ledger.close()
 
-    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
-        logger.error("ledger writer failed: %s", exception_value)
-
 
 @dataclass
 class LedgerWriter:
