@@ -18,6 +18,7 @@ from datetime import datetime
 
 from messages.codec import message
 from messages.coins import Coin
+from messages.tx_cost import TxCost
 
 __all__ = [
     "LeaseItem",
@@ -123,6 +124,8 @@ class WithdrawPage:
     #: ``at`` is the block time), for the ledger. Empty in captures made
     #: before the chain clients read them.
     settlements: tuple[LeaseSettled, ...] = ()
+    #: what the tx cost (fee, gas, re-signs); None where the client does not know it (the in-process model)
+    cost: TxCost | None = None
 
 
 @message("close_outcome")
@@ -133,6 +136,8 @@ class CloseOutcome:
     #: What the close settled on each lease (its ``lease_closed`` events;
     #: ``at`` is the block time), for the ledger. Empty in older captures.
     settlements: tuple[LeaseSettled, ...] = ()
+    #: what the tx cost (fee, gas, re-signs); None where the client does not know it (the in-process model)
+    cost: TxCost | None = None
 
 
 @message("node_status")
