@@ -134,6 +134,9 @@ class ClosuresFlushed:
 @dataclass(frozen=True, slots=True)
 class LeaseEventReceived:
     event: LeaseEvent
+    #: the clock's time when the listener read the event's frame (None from the in-process
+    #: model): its delivery's time minus this is what the event waited to reach the scheduler
+    received_at: datetime | None = None
 
 
 @message("reconcile")

@@ -17,7 +17,7 @@ import pykka
 from runtime.clock import Clock, TimerHandle
 from runtime.dispatch import current_sender, sending_as
 
-__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "CHAIN_IO", "LISTENER", "LEDGER"]
+__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "CHAIN_IO", "LISTENER", "LEDGER", "HEALTH"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ CHAIN = "chain"
 CHAIN_IO = "chain-io"
 LISTENER = "listener"
 LEDGER = "ledger"
+HEALTH = "health"
 
 
 def tenant_address(tenant: str) -> str:
