@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runtime.clock import Clock, RealClock  # noqa: E402
+from runtime.clock import RealClock  # noqa: E402
+from logs.output import start_log  # noqa: E402
+from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
@@ -34,30 +36,6 @@ def _duration(text: str) -> timedelta:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-class SimTimeFormatter(logging.Formatter):
-    """Prefix each line with the clock's (simulated) time: decisions read in chain time."""
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def format(self, record: logging.LogRecord) -> str:
-        stamp = self.clock.now().strftime("%Y-%m-%d %H:%M:%S")
-        level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
-        return f"[{stamp}] {level}{record.getMessage()}"
-
-
-def _setup_logging(clock: Clock, level: str) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(SimTimeFormatter(clock))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
-    logging.getLogger("leasewarden").setLevel(getattr(logging, level.upper()))
-    # The listener reports its own connects and drops; the library's are noise.
-    logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -77,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     speed = config.demo.speed if config.chain.mode != "node" else 1.0
     clock = RealClock(speed=speed)
-    _setup_logging(clock, args.log_level)
+    output = start_log(config.log, clock.now, args.log_level)
     log = logging.getLogger("leasewarden")
     summary = RunSummary()
     running = build(config, clock, taps=(summary,))
@@ -109,6 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         log.info(line)
     log.info(f"tenants watched at the end: {watched}")
+    output.close()
     return 0
 
 
@@ -118,7 +97,7 @@ def cmd_devnet(args: argparse.Namespace) -> int:
 
     config = load(args)
     clock = RealClock(speed=config.demo.speed)
-    _setup_logging(clock, args.log_level)
+    start_log(config.log, clock.now, args.log_level)
     _, devnet, world = demo_devnet(config, clock)
     world.start()
     print(f"devnet up, chain id {devnet.chain_id}, clock {config.demo.speed:g}x")
@@ -173,8 +152,8 @@ def parser() -> argparse.ArgumentParser:
                           "default: run until Ctrl-C")
     run.add_argument("--speed", type=float, default=None,
                      help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
-    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                     help="detail of the decision log (default: %(default)s)")
+    run.add_argument("--log-level", default=None, choices=LOG_LEVELS,
+                     help="detail of the decision log (default: [log] level, info)")
     run.set_defaults(func=cmd_run)
 
     devnet = sub.add_parser("devnet", help="run the embedded devnet alone and print its endpoints",
@@ -182,7 +161,7 @@ def parser() -> argparse.ArgumentParser:
                                         "demo world, print its endpoints and a funded provider key file, and wait "
                                         "for Ctrl-C, so a sidecar in another process can be pointed at it.")
     devnet.add_argument("--duration", type=_duration, default=None, help="stop after this much simulated time")
-    devnet.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+    devnet.add_argument("--log-level", default="warning", choices=LOG_LEVELS,
                         help="detail of the log (default: %(default)s)")
     devnet.set_defaults(func=cmd_devnet)
 

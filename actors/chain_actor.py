@@ -95,7 +95,8 @@ class ChainDecisions:
                 out.append(Note(
                     f"dropped the closure requests of {len(tenants)} tenant(s) ({', '.join(tenants[:5])}"
                     f"{' ...' if len(tenants) > 5 else ''}) made in a check cycle that ended before "
-                    "sending them; each asks again on its next read if its credit is still gone"
+                    "sending them; each asks again on its next read if its credit is still gone",
+                    event="closure_requests_dropped", fields=(("tenants", len(tenants)),), level="warning",
                 ))
             if not requests:
                 return out + [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
@@ -103,7 +104,11 @@ class ChainDecisions:
             rnd = CloseRound(self._round_counter, message.cycle, self.settings, requests)
             self.rounds[rnd.round] = rnd
             leases = sum(len(r.lease_uuids) for r in requests)
-            return out + [Note(f"closing {leases} lease(s) of {len(requests)} tenant(s)")] + rnd.begin()
+            closing = Note(
+                f"closing {leases} lease(s) of {len(requests)} tenant(s)",
+                event="closing", fields=(("cycle", message.cycle), ("leases", leases), ("tenants", len(requests))),
+            )
+            return out + [closing] + rnd.begin()
         if isinstance(message, (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)):
             rnd = self.rounds.get(message.round)
             if rnd is None:

@@ -145,7 +145,7 @@ class SchedulerDecisions:
         if self.stopped or self.started_at is not None:
             return []
         self.started_at = now
-        out: list[Effect] = [Note("scheduler started")]
+        out: list[Effect] = [Note("scheduler started", event="scheduler_started")]
         if self.billing_tick_interval:
             out.append(Send(LEDGER, BillingTickDue(now)))
             out.append(Send(SCHEDULER, BillingTickTimer(), at=now + self.billing_tick_interval))
@@ -157,7 +157,7 @@ class SchedulerDecisions:
         self.stopped = True
         self.wake_token += 1  # any timer already set is now stale
         self.pending.clear()
-        return [Note("scheduler stopped: no further cycles")]
+        return [Note("scheduler stopped: no further cycles", event="scheduler_stopped")]
 
     def _wake(self, message: Wake, now: datetime) -> list[Effect]:
         if self.stopped or message.token != self.wake_token:
@@ -167,12 +167,12 @@ class SchedulerDecisions:
 
     def _trigger(self, message: TriggerWithdraw, now: datetime) -> list[Effect]:
         if self.stopped:
-            return [Note(f"withdraw trigger from {message.source} ignored: stopped")]
+            return [Note(f"withdraw trigger from {message.source} ignored: stopped", event="trigger_ignored")]
         return self._begin(f"trigger from {message.source}", now, withdraw=True)
 
     def _run_once(self, message: RunCycle, now: datetime) -> list[Effect]:
         if self.stopped:
-            return [Note("withdraw_once ignored: stopped")]
+            return [Note("withdraw_once ignored: stopped", event="trigger_ignored")]
         return self._begin("withdraw_once", now, withdraw=message.withdraw)
 
     def _reconcile(self, message: Reconcile, now: datetime) -> list[Effect]:
@@ -189,7 +189,7 @@ class SchedulerDecisions:
                 frozenset(snap.lease_uuids), snap.depletion_at, snap.recheck_at
             )
             out.append(Spawn(snap.tenant, (TenantRestored(snap),)))
-        return [Note(f"restored {len(out)} tenant(s) from the ledger")] + out
+        return [Note(f"restored {len(out)} tenant(s) from the ledger", event="tenants_restored", fields=(("tenants", len(out)),))] + out
 
     def _billing_tick(self, message: BillingTickTimer, now: datetime) -> list[Effect]:
         if self.stopped or not self.billing_tick_interval:
@@ -203,7 +203,10 @@ class SchedulerDecisions:
     def _begin(self, reason: str, now: datetime, withdraw: bool | None = None) -> list[Effect]:
         if self.cycle is not None:
             self.pending.append((reason, withdraw))
-            return [Note(f"{reason}: cycle {self.cycle.id} still running, runs after it")]
+            return [Note(
+                f"{reason}: cycle {self.cycle.id} still running, runs after it",
+                event="cycle_queued", fields=(("reason", reason), ("running", self.cycle.id)),
+            )]
         if withdraw is None:
             withdraw = reason == "depletion" or now >= self._withdraw_due()
         # An early re-check that is not also a due withdraw reads only the
@@ -221,7 +224,13 @@ class SchedulerDecisions:
         else:
             what = "credit check"
         out: list[Effect] = [
-            Note(f"cycle {self.cycles_started} ({reason}): {what}"),
+            Note(
+                f"cycle {self.cycles_started} ({reason}): {what}",
+                event="cycle_started",
+                fields=(("cycle", self.cycles_started), ("reason", reason), ("withdraw", withdraw)),
+                # A re-check reads only the tenants that asked for it, each of which said when.
+                level="debug" if only is not None else "info",
+            ),
             Send(SCHEDULER, CycleDeadline(self.cycles_started), at=now + self.settings.cycle_timeout),
         ]
         if withdraw:
@@ -255,7 +264,11 @@ class SchedulerDecisions:
             out.append(
                 Note(
                     f"cycle {c.id}: withdraw ended early after {message.pages} page(s) "
-                    f"({format_coins(message.total_amounts)} withdrawn): {message.error.message}"
+                    f"({format_coins(message.total_amounts)} withdrawn): {message.error.message}",
+                    event="withdraw_ended_early",
+                    fields=(("cycle", c.id), ("pages", message.pages), ("withdrawn", message.total_amounts),
+                            ("error", message.error.message)),
+                    level="warning",
                 )
             )
         return out + self._read_leases()
@@ -269,7 +282,10 @@ class SchedulerDecisions:
             out.append(
                 Note(
                     f"cycle {c.id}: could not read active leases ({message.error.message}); "
-                    f"checking the {len(self.tenants)} tenant(s) already known"
+                    f"checking the {len(self.tenants)} tenant(s) already known",
+                    event="active_leases_unread",
+                    fields=(("cycle", c.id), ("error", message.error.message)),
+                    level="warning",
                 )
             )
         else:
@@ -320,7 +336,10 @@ class SchedulerDecisions:
         out.append(Send(LEDGER, LeasesReconciled(now, tuple(leases))))
         out += self.lease_reads.ask(sorted(vanished)) + self.lease_reads.retry()
         if started or retired:
-            out.append(Note(f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched"))
+            out.append(Note(
+                f"tenants: {started} new, {retired} without leases retired, {len(self.tenants)} watched",
+                event="tenants_synced", fields=(("new", started), ("retired", retired), ("watched", len(self.tenants))),
+            ))
         return out
 
     def _checked(self, message: TenantChecked, now: datetime) -> list[Effect]:
@@ -362,7 +381,10 @@ class SchedulerDecisions:
             out.append(
                 Note(
                     f"cycle {message.cycle}: closed {len(message.closed)} lease(s), "
-                    f"{len(message.already_closed)} already closed, {len(message.failed)} failed"
+                    f"{len(message.already_closed)} already closed, {len(message.failed)} failed",
+                    event="closures_done",
+                    fields=(("cycle", message.cycle), ("closed", len(message.closed)),
+                            ("already_closed", len(message.already_closed)), ("failed", len(message.failed))),
                 )
             )
         return out + self._finish(now)
@@ -386,10 +408,16 @@ class SchedulerDecisions:
             missing = sorted(c.waiting)
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
             c.waiting.clear()
-            return [Note(f"cycle {c.id}: {len(missing)} tenant(s) did not answer in time ({shown}); going on")] + (
+            return [Note(
+                f"cycle {c.id}: {len(missing)} tenant(s) did not answer in time ({shown}); going on",
+                event="tenants_late", fields=(("cycle", c.id), ("tenants", len(missing))), level="warning",
+            )] + (
                 self._end_check(now)
             )
-        return [Note(f"cycle {c.id}: still {c.phase} after {self.settings.cycle_timeout}; abandoned")] + self._finish(
+        return [Note(
+            f"cycle {c.id}: still {c.phase} after {self.settings.cycle_timeout}; abandoned",
+            event="cycle_abandoned", fields=(("cycle", c.id), ("phase", c.phase)), level="warning",
+        )] + self._finish(
             now
         )
 
@@ -423,7 +451,13 @@ class SchedulerDecisions:
         if reason == "depletion" and depletion is not None:
             detail = f", {self.settings.depletion_check_buffer.total_seconds():g}s before a depletion at {_when(depletion)}"
         return [
-            Note(f"next wake at {_when(at)} ({reason}{detail})"),
+            Note(
+                f"next wake at {_when(at)} ({reason}{detail})",
+                event="wake_planned",
+                fields=(("at", at), ("reason", reason)),
+                # An early re-check is the wake a tenant asked for, and said so.
+                level="debug" if reason == "recheck" else "info",
+            ),
             Send(SCHEDULER, Wake(reason, self.wake_token), at=at),
         ]
 
@@ -450,7 +484,10 @@ class SchedulerDecisions:
             if entry is None:
                 self.tenants[ev.tenant] = TenantEntry(frozenset({ev.lease_uuid}))
                 out.append(Spawn(ev.tenant, (LeaseOpened(lease),)))
-                out.append(Note(f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant))
+                out.append(Note(
+                    f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant,
+                    event="tenant_watched", fields=(("lease", ev.lease_uuid),),
+                ))
             elif ev.lease_uuid not in entry.leases:
                 entry.leases = entry.leases | {ev.lease_uuid}
                 entry.synced = False
@@ -467,13 +504,18 @@ class SchedulerDecisions:
                 out.append(Send(tenant_address(ev.tenant), LeaseGone(ev.lease_uuid, ev.kind)))
                 out += self._drop_leases({ev.lease_uuid})
                 why = f" ({ev.reason})" if ev.reason else ""
-                out.append(Note(f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant))
+                out.append(Note(
+                    f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant,
+                    event="lease_ended", fields=(("lease", ev.lease_uuid), ("kind", ev.kind), ("reason", ev.reason)),
+                ))
         elif not ours and ev.kind == "auto_closed" and ev.tenant in self.tenants:
             out.append(
                 Note(
                     f"another provider's lease {ev.lease_uuid} of shared tenant {ev.tenant} was auto-closed "
                     f"({ev.reason or 'credit exhausted'}): withdrawing now",
                     ev.tenant,
+                    event="shared_tenant_auto_closed",
+                    fields=(("lease", ev.lease_uuid), ("provider", ev.provider_uuid)),
                 )
             )
             if not self.stopped:
@@ -486,7 +528,10 @@ class SchedulerDecisions:
     def _leases_to_read(self, message: LeasesToRead, now: datetime) -> list[Effect]:
         out = self.lease_reads.ask(message.lease_uuids)
         if out:
-            out.insert(0, Note(f"reading {len(out)} lease(s) the books hold without a price or a chain close time"))
+            out.insert(0, Note(
+                f"reading {len(out)} lease(s) the books hold without a price or a chain close time",
+                event="leases_to_read", fields=(("leases", len(out)),),
+            ))
         return out
 
     _handlers = {

@@ -117,7 +117,8 @@ class WithdrawCycle:
             return [
                 Note(
                     f"withdraw page {self.page} failed ({error.message}); try {self.attempt} of "
-                    f"{s.max_retries} in {delay.total_seconds():g}s"
+                    f"{s.max_retries} in {delay.total_seconds():g}s",
+                    event="withdraw_page_retry", fields=(("page", self.page), ("error", error.message)), level="warning",
                 ),
                 Send(CHAIN, RetryWithdrawPage(self.cycle, self.page, self.attempt), at=now + delay),
             ]
@@ -127,7 +128,10 @@ class WithdrawCycle:
             why = f"gave up after {self.attempt} tries"
         else:
             why = "not retryable"
-        return [Note(f"withdraw page {self.page} failed ({error.message}); {why}; cycle ends")] + self._finish(
+        return [Note(
+            f"withdraw page {self.page} failed ({error.message}); {why}; cycle ends",
+            event="withdraw_page_failed", fields=(("page", self.page), ("error", error.message)), level="warning",
+        )] + self._finish(
             error=error
         )
 
@@ -144,7 +148,10 @@ class WithdrawCycle:
             out.append(
                 Note(
                     f"withdrew {format_coins(self.total)} from {self.withdrawal_count} lease(s) "
-                    f"in {pages} page(s){bound}"
+                    f"in {pages} page(s){bound}",
+                    event="withdrawn",
+                    fields=(("cycle", self.cycle), ("withdrawn", self.total), ("leases", self.withdrawal_count),
+                            ("pages", pages), ("hit_page_bound", hit_bound)),
                 )
             )
         out.append(
