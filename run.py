@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     output = start_log(config.log, clock.now, args.log_level)
     log = logging.getLogger("leasewarden")
     summary = RunSummary()
-    running = build(config, clock, taps=(summary,))
+    running = build(config, clock, taps=(summary,), serve=True)
     for line in describe(running):
         log.info(line)
     s = config.scheduler

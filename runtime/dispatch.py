@@ -155,6 +155,10 @@ class _Mailbox:
         with self._lock:
             return not self._mail
 
+    def __len__(self) -> int:
+        """Messages waiting (for the metrics' deepest mailbox)."""
+        return len(self._mail)
+
     # dispatcher side ----------------------------------------------------------
     def run(self, throughput: int) -> None:
         actor = self.actor
