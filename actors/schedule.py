@@ -15,7 +15,13 @@ The next wake is the earliest of (seed 000):
   so the follow-up must settle to see the depletion (seed: "schedules an
   earlier follow-up withdrawal");
 - ``recheck``: the earliest early re-check a tenant asked for (read errors,
-  zero-balance grace, failed closes).
+  zero-balance grace, failed closes);
+- ``retry``: while the chain has not answered an active-lease read since
+  the start (a node unreachable at start, with no tenant yet to ask for a
+  re-check), the whole cycle again, backing off from ``initial_backoff``
+  doubling to ``credit_check_retry_interval``, with the withdraw if the
+  last one failed for a passing reason; rather than an hour's sleep until
+  the next withdraw interval.
 
 The scheduler also supervises the tenant monitors: it starts one when a
 tenant first has an active lease with us (chain read or lease event) and
@@ -93,6 +99,7 @@ def next_wake(
     withdraw_due: datetime,
     depletion: datetime | None,
     recheck: datetime | None,
+    retry: datetime | None = None,
 ) -> tuple[datetime, str]:
     """When to wake next and why (the earliest candidate; ties go to the first listed)."""
     candidates: list[tuple[datetime, str]] = [(withdraw_due, "interval")]
@@ -103,6 +110,8 @@ def next_wake(
         candidates.append((at if at > now else now + settings.depletion_check_buffer, "depletion"))
     if recheck is not None:
         candidates.append((max(recheck, now), "recheck"))
+    if retry is not None:
+        candidates.append((max(retry, now), "retry"))
     best = candidates[0]
     for c in candidates[1:]:
         if c[0] < best[0]:
@@ -132,6 +141,13 @@ class SchedulerDecisions:
         self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
         #: leases to be read from the chain for the books (``actors.lease_reads``)
         self.lease_reads = LeaseReads()
+        #: an active-lease read has succeeded since the start: the chain has answered
+        self.reached = False
+        #: active-lease reads failed in a row before the chain first answered, and when to try again
+        self.unreached_tries = 0
+        self.retry_at: datetime | None = None
+        #: the last withdraw ended on a passing error: a retry withdraws again
+        self.withdraw_failed = False
 
     # -- dispatch ---------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
@@ -208,7 +224,9 @@ class SchedulerDecisions:
                 event="cycle_queued", fields=(("reason", reason), ("running", self.cycle.id)),
             )]
         if withdraw is None:
-            withdraw = reason == "depletion" or now >= self._withdraw_due()
+            withdraw = (
+                reason == "depletion" or now >= self._withdraw_due() or (reason == "retry" and self.withdraw_failed)
+            )
         # An early re-check that is not also a due withdraw reads only the
         # tenants that asked for it: one tenant's grace window must not cost
         # a credit read of every tenant every 30 s.
@@ -260,6 +278,7 @@ class SchedulerDecisions:
         # must not leave the withdraw "due" and wake the scheduler at once,
         # over and over.
         self.last_withdraw_at = c.started
+        self.withdraw_failed = message.error is not None and message.error.transient
         if message.error is not None:
             out.append(
                 Note(
@@ -278,7 +297,9 @@ class SchedulerDecisions:
         if c is None:
             return []
         out: list[Effect] = []
-        if message.error is not None:
+        if message.error is not None and not self.reached:
+            out.append(self._unreached(c, message.error.message, now))
+        elif message.error is not None:
             out.append(
                 Note(
                     f"cycle {c.id}: could not read active leases ({message.error.message}); "
@@ -289,8 +310,23 @@ class SchedulerDecisions:
                 )
             )
         else:
+            self.reached, self.unreached_tries, self.retry_at = True, 0, None
             out += self._sync(message.leases, now)
         return out + self._check(set(self.tenants), now)
+
+    def _unreached(self, c: Cycle, error: str, now: datetime) -> Note:
+        """The chain has not answered since the start: the next try is the ``retry`` wake."""
+        s = self.settings
+        self.unreached_tries += 1
+        delay = min(s.initial_backoff * 2 ** (self.unreached_tries - 1), s.credit_check_retry_interval)
+        self.retry_at = now + delay
+        return Note(
+            f"cycle {c.id}: the chain has not answered since the start ({error}); "
+            f"{self.unreached_tries} tries, the next in {delay.total_seconds():g}s",
+            event="chain_unreached",
+            fields=(("cycle", c.id), ("tries", self.unreached_tries), ("retry_at", self.retry_at), ("error", error)),
+            level="warning",
+        )
 
     def _check(self, tenants: set[str], now: datetime) -> list[Effect]:
         """Have each tenant's credit read; its monitor answers with ``TenantChecked``."""
@@ -444,7 +480,7 @@ class SchedulerDecisions:
             return []
         depletion = min((e.depletion_at for e in self.tenants.values() if e.depletion_at), default=None)
         recheck = min((e.recheck_at for e in self.tenants.values() if e.recheck_at), default=None)
-        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck)
+        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck, self.retry_at)
         self.wake_token += 1
         self.wake_at = at
         detail = ""

@@ -31,7 +31,7 @@ __all__ = [
 
 #: Why the scheduler's timer fired; the reason decides whether the cycle pays
 #: for a withdrawal (see ``actors.schedule``).
-WAKE_REASONS = ("interval", "depletion", "recheck", "deadline")
+WAKE_REASONS = ("interval", "check", "depletion", "recheck", "retry", "deadline")
 
 
 @message("wake")
