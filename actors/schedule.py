@@ -421,6 +421,7 @@ class SchedulerDecisions:
                     event="closures_done",
                     fields=(("cycle", message.cycle), ("closed", len(message.closed)),
                             ("already_closed", len(message.already_closed)), ("failed", len(message.failed))),
+                    level="warning" if message.failed else "info",
                 )
             )
         return out + self._finish(now)

@@ -9,8 +9,12 @@ they fail: printed each time, one such tenant filled nine tenths of a
   above (a decision's event; a library line's logger and message template);
 - its first line is printed; the next ones are folded, and every
   ``summary_every`` a summary says how many were and shows the latest;
-- it ends when the same tenant logs something else (its reads work again),
-  when it has been quiet for ``summary_every``, or at the end of the run;
+- it ends when the same tenant logs something ordinary (below WARNING)
+  that is not itself recurring (its reads work again; a line it also
+  logged within ``summary_every`` is part of the repeating round, as a
+  dry run's "closing 2 leases" before each "would close"; another warning
+  is a trouble of its own, with its own streak), when it has been quiet
+  for ``summary_every``, or at the end of the run;
   a streak that folded something gets an end line saying how many lines it
   held from when to when.
 
@@ -31,6 +35,10 @@ from logs.format import event_of, stamp_of
 from runtime.config import format_duration
 
 __all__ = ["Streak", "RepeatFolder", "FoldingHandler", "Verdict"]
+
+#: Ordinary lines between prunes of their record: a cycle of 10,000 tenants logs a few
+#: per tenant, so the record stays within a few cycles' worth.
+PRUNE_EVERY = 50_000
 
 
 @dataclass
@@ -75,14 +83,20 @@ class RepeatFolder:
     def __init__(self, summary_every: timedelta) -> None:
         self.summary_every = summary_every
         self.streaks: dict[tuple[str, str], Streak] = {}
+        #: when each tenant's ordinary lines were last logged, by (event, tenant); pruned of the old
+        self.ordinary: dict[tuple[str, str], datetime] = {}
+        self._seen = 0
 
     def observe(self, event: str, tenant: str, level: int, text: str, now: datetime) -> Verdict:
         ended = self._quiet(now)
-        if tenant:
-            # Something else of this tenant: its other streaks are over (its reads work again).
-            for key in [k for k in self.streaks if k[1] == tenant and k[0] != event]:
-                ended.append(self.streaks.pop(key))
         key = (event, tenant)
+        if tenant and level < logging.WARNING:
+            before = self.ordinary.get(key)
+            self.ordinary[key] = now
+            self._prune(now)
+            if before is None or now - before >= self.summary_every:
+                # Something ordinary, and not part of the round: its troubles are over.
+                ended += [self.streaks.pop(k) for k in [k for k in self.streaks if k[1] == tenant]]
         streak = self.streaks.get(key)
         if level < logging.WARNING:
             return Verdict(tuple(s for s in ended if s.count > 1))
@@ -100,13 +114,19 @@ class RepeatFolder:
 
     def _quiet(self, now: datetime) -> list[Streak]:
         """Streaks with no line for ``summary_every``: whatever repeated has stopped."""
-        quiet = [k for k, s in self.streaks.items() if now - s.last_at >= self.summary_every]
-        return [self.streaks.pop(k) for k in quiet]
+        return [self.streaks.pop(k) for k, s in list(self.streaks.items()) if now - s.last_at >= self.summary_every]
+
+    def _prune(self, now: datetime) -> None:
+        """Every so many lines, drop the ordinary lines too old to be part of any round."""
+        self._seen += 1
+        if self._seen % PRUNE_EVERY == 0:
+            self.ordinary = {k: at for k, at in self.ordinary.items() if now - at < self.summary_every}
 
     def close(self) -> list[Streak]:
         """The end of the run: every streak that folded something ends."""
         out = [s for s in self.streaks.values() if s.count > 1]
         self.streaks.clear()
+        self.ordinary.clear()
         return out
 
 

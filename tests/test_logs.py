@@ -44,6 +44,10 @@ def test_another_line_of_the_tenant_ends_its_streak_and_an_info_line_is_never_fo
     assert again.show and not again.ended  # info lines: every one shown
     # a new failure afterwards is a new streak: shown again
     assert folder.observe("credit_read_failed", "manifest1t", WARN, "1 failed read", T0 + 7 * S30).show
+    # another trouble of the tenant has a streak of its own, and ends none
+    other = folder.observe("close_failed", "manifest1t", WARN, "close failed", T0 + 8 * S30)
+    assert other.show and not other.ended
+    assert not folder.observe("credit_read_failed", "manifest1t", WARN, "2 failed reads", T0 + 9 * S30).show
 
 
 def test_other_tenants_and_quiet_streaks() -> None:
@@ -125,3 +129,19 @@ def test_an_unnamed_note_is_named_by_the_message_it_decided_on(restore_logging) 
     log_decision(Note("something"), T0, Wake("interval"))
     output.close()  # type: ignore[attr-defined]
     assert json.loads(out.getvalue())["event"] == "wake"
+
+
+def test_an_ordinary_line_that_is_part_of_the_round_does_not_end_the_streak() -> None:
+    """A dry run: each check says it closes, then that it would, then that the close failed."""
+    folder = RepeatFolder(timedelta(minutes=10))
+    shown = []
+    for i in range(30):
+        at = T0 + i * S30
+        for event, level in (("closing_requested", logging.INFO), ("dry_run_close", WARN), ("close_failed", WARN)):
+            v = folder.observe(event, "manifest1t", level, event, at)
+            assert not v.ended, (i, event)
+            if v.show:
+                shown.append((i, event))
+    # the ordinary line each round, the two warnings at their start only
+    assert shown == [(0, "closing_requested"), (0, "dry_run_close"), (0, "close_failed")] + [
+        (i, "closing_requested") for i in range(1, 30)]
