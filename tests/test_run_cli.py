@@ -18,7 +18,7 @@ def run(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProc
 def config(tmp_path: Path, mode: str, extra: str = "") -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
-        f'[chain]\nmode = "{mode}"\n[demo]\nspeed = 1200.0\n[capture]\ndirectory = "{tmp_path / "cap"}"\n'
+        f'[chain]\nmode = "{mode}"\n[demo]\nspeed = 300.0\n[capture]\ndirectory = "{tmp_path / "cap"}"\n'
         f'[ledger]\npath = "{tmp_path / "books.sqlite"}"\n[metrics]\nlisten = "127.0.0.1:0"\n{extra}'
     )
     return path
