@@ -42,6 +42,8 @@ def load(args: argparse.Namespace) -> Config:
     overrides: dict[str, dict[str, object]] = {}
     if getattr(args, "speed", None) is not None:
         overrides.setdefault("demo", {})["speed"] = args.speed
+    if getattr(args, "dry_run", False):
+        overrides.setdefault("scheduler", {})["dry_run"] = True
     return load_config(args.config, overrides)
 
 
@@ -152,6 +154,9 @@ def parser() -> argparse.ArgumentParser:
                           "default: run until Ctrl-C")
     run.add_argument("--speed", type=float, default=None,
                      help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="read and decide as usual, log what would be withdrawn and closed, send no tx "
+                          "([scheduler] dry_run)")
     run.add_argument("--log-level", default=None, choices=LOG_LEVELS,
                      help="detail of the decision log (default: [log] level, info)")
     run.set_defaults(func=cmd_run)

@@ -4,7 +4,8 @@ Its core, ``ChainDecisions``, runs at most one withdraw cycle at a time
 (``actors.withdraw_cycle``) and the closure rounds (``actors.closures``);
 the calls themselves go to ``chain-io`` and come back as messages. Reads
 that decide nothing here (credit, active leases) go to ``chain-io``
-directly from the scheduler.
+directly from the scheduler. In a dry run (``[scheduler] dry_run``) the
+withdraws and closures go to ``actors.dry_run`` instead: read, told, not sent.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from actors import dry_run
 from actors.close_lookup import CloseLookups
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
@@ -32,6 +34,7 @@ from messages.chain_actor import (
     WithdrawLookupsRestored,
     WithdrawTxAnswered,
     WithdrawTxSigned,
+    WithdrawableAnswered,
 )
 from messages.credit import CloseRequested
 from messages.scheduler import ClosuresFlushed, WithdrawFinished
@@ -58,7 +61,12 @@ class ChainDecisions:
                 busy = ChainFailure("withdraw", f"withdraw cycle {self.withdraw.cycle} still running")
                 return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
             self.withdraw = WithdrawCycle(message.cycle, self.settings)
+            if self.settings.dry_run:
+                self.withdraw.done = True  # a cycle of no pages: the dry run only reads
+                return dry_run.withdraw(message.cycle)
             return self.withdraw.begin()
+        if isinstance(message, WithdrawableAnswered):
+            return dry_run.withdrawable(message)
         if isinstance(message, WithdrawTxSigned):
             return self.lookups.signed(message, now)
         if isinstance(message, WithdrawPageAnswered):
@@ -100,6 +108,8 @@ class ChainDecisions:
                 ))
             if not requests:
                 return out + [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
+            if self.settings.dry_run:
+                return out + dry_run.closures(message.cycle, requests)
             self._round_counter += 1
             rnd = CloseRound(self._round_counter, message.cycle, self.settings, requests)
             self.rounds[rnd.round] = rnd

@@ -42,6 +42,8 @@ from messages.chain_actor import (
     WithdrawTxAnswered,
     WithdrawTxCall,
     WithdrawTxSigned,
+    WithdrawableAnswered,
+    WithdrawableCall,
 )
 from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead, LeaseRead
@@ -103,6 +105,7 @@ class ChainIO(PooledActor):
             WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
             CloseTxCall: (reads, self._close_tx),
+            WithdrawableCall: (reads, self._withdrawable),
         }
 
     def on_receive(self, message: Any) -> None:
@@ -203,6 +206,10 @@ class ChainIO(PooledActor):
     def _close_tx(self, m: CloseTxCall) -> tuple[str, Any]:
         outcome, error = _attempt("close_outcome", lambda: self.client.close_outcome(m.tx_hash, m.lease_uuids))
         return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
+
+    def _withdrawable(self, m: WithdrawableCall) -> tuple[str, Any]:
+        amounts, error = _attempt("provider_withdrawable", lambda: self.client.provider_withdrawable(self.provider_uuid))
+        return CHAIN, WithdrawableAnswered(m.cycle, amounts or (), error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
         outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
+from messages.coins import Coin
 from messages.ledger import WithdrawLookupOpened
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "CloseBatchAnswered",
     "LeaseCheckCall",
     "LeaseCheckAnswered",
+    "WithdrawableCall",
+    "WithdrawableAnswered",
 ]
 
 
@@ -247,4 +250,20 @@ class LeaseCheckAnswered:
     round: int
     batch: int
     active: tuple[str, ...] = ()
+    error: ChainFailure | None = None
+
+
+@message("withdrawable_call")
+@dataclass(frozen=True, slots=True)
+class WithdrawableCall:
+    """A dry run's withdraw: what the provider could withdraw now (``ProviderWithdrawable``), no tx."""
+
+    cycle: int
+
+
+@message("withdrawable_answered")
+@dataclass(frozen=True, slots=True)
+class WithdrawableAnswered:
+    cycle: int
+    amounts: tuple[Coin, ...] = ()
     error: ChainFailure | None = None

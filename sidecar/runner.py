@@ -355,10 +355,15 @@ def build(
 
             model = chain.model
             parts.append(lambda s: ModelLedgerFeed(model, s.router, config.provider.uuid, ledger))
+    client = chain.client
+    if config.scheduler.dry_run:
+        from chain.read_only import ReadOnlyClient
+
+        client = ReadOnlyClient(client)
     sidecar = Sidecar(
         clock=clock,
         dispatcher=dispatcher,
-        client=chain.client,
+        client=client,
         settings=config.scheduler,
         provider_uuid=config.provider.uuid,
         billing_tick_interval=billing_tick_interval(config),
@@ -409,6 +414,8 @@ def _serve(running: Running, config: Config, metrics: Any) -> None:
 
 def describe(running: Running) -> list[str]:
     out = [f"chain: {running.endpoint}"]
+    if running.sidecar.settings.dry_run:
+        out.append("DRY RUN ([scheduler] dry_run): every read and decision, and no tx sent")
     if running.ledger is not None:
         out.append(f"ledger: {running.ledger.path} ({running.restored} tenant(s) restored)")
     if running.capture is not None:
