@@ -177,9 +177,11 @@ def parser() -> argparse.ArgumentParser:
 
     from ledger.cli import add_commands as add_ledger_commands
     from replay.cli import add_command as add_replay_command
+    from sidecar.doctor_command import add_command as add_doctor_command
 
     add_ledger_commands(sub, load_config)
     add_replay_command(sub, load_config)
+    add_doctor_command(sub, load_config)
     return p
 
 

@@ -603,8 +603,20 @@ class CosmpyChainClient:
         tx.complete()
         return tx.tx.SerializeToString()
 
-    def _simulate(self, operation: str, msgs: list[Message], account: _Account) -> int:
-        raw = self._sign(msgs, account, 0)
+    def simulate_with_fee(self, operation: str, msgs: Sequence[Message]) -> tuple[int, int, int]:
+        """Simulate ``msgs`` as the next tx would carry them, fee included: (gas used, gas limit, fee in fee_denom).
+
+        Nothing is broadcast (``run.py doctor``). Raises ``ChainError`` as a send would at its simulation.
+        """
+        with self._tx_lock:
+            account = self._account_info(operation)
+            used = self._simulate(operation, list(msgs), account)
+            limit = math.ceil(used * self.gas_multiplier)
+            self._simulate(operation, list(msgs), account, gas_limit=limit)
+            return used, limit, math.ceil(Decimal(limit) * self.gas_price)
+
+    def _simulate(self, operation: str, msgs: list[Message], account: _Account, gas_limit: int = 0) -> int:
+        raw = self._sign(msgs, account, gas_limit)
         try:
             r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.query_timeout)
         except grpc.RpcError as exc:
