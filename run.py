@@ -26,8 +26,11 @@ from runtime.clock import RealClock  # noqa: E402
 from logs.output import start_log  # noqa: E402
 from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, ConfigError, format_duration, load_config, parse_duration  # noqa: E402
+from runtime.version import sidecar_version  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
+#: The shipped configuration, beside run.py in a checkout. An installed package or the binary
+#: has none: it runs on the built-in defaults, which are the same (tests/test_config.py).
 DEFAULT_CONFIG = ROOT / "config.toml"
 
 
@@ -136,14 +139,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="run.py",
+    p = argparse.ArgumentParser(  # prog: run.py, or leasewarden as the console script and the binary
         description=(
             "leasewarden: withdraws a Manifest provider's lease fees on a schedule, watches every "
             "tenant's credit and closes the leases of tenants whose credit is gone, and keeps the books."
         ),
     )
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="configuration file (default: %(default)s)")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else None,
+                   help="configuration file (default: %(default)s; without one, the built-in defaults: the embedded devnet)")
+    p.add_argument("--version", action="version", version=f"leasewarden {sidecar_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the sidecar (the default command)", description=(
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     commands = p._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     # `run` is the default command: `python run.py --duration 5m` means `run --duration 5m`.
-    if not any(a in commands for a in argv) and not {"-h", "--help"} & set(argv):
+    if not any(a in commands for a in argv) and not {"-h", "--help", "--version"} & set(argv):
         argv = _insert_run(argv)
     args = p.parse_args(argv)
     if not getattr(args, "func", None):

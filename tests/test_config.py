@@ -66,3 +66,8 @@ def test_durations_print_back_exactly() -> None:
 
     for text in ("1h30m", "200ms", "1s500ms", "2d", "0s"):
         assert format_duration(parse_duration(text)) == text
+
+
+def test_with_no_file_the_built_in_defaults_are_the_shipped_config_toml() -> None:
+    """An installed package and the binary carry no config.toml: they must run as the checkout does."""
+    assert load_config(None).effective() == load_config(ROOT / "config.toml").effective()
