@@ -71,3 +71,8 @@ def test_durations_print_back_exactly() -> None:
 def test_with_no_file_the_built_in_defaults_are_the_shipped_config_toml() -> None:
     """An installed package and the binary carry no config.toml: they must run as the checkout does."""
     assert load_config(None).effective() == load_config(ROOT / "config.toml").effective()
+
+
+def test_the_deployment_example_loads_and_points_at_a_node() -> None:
+    c = load_config(ROOT / "deploy" / "config.example.toml")
+    assert (c.chain.mode, c.ledger.path, c.log.format) == ("node", "/var/lib/leasewarden/leasewarden.sqlite", "json")
