@@ -37,7 +37,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from chain.errors import BILLING, NO_WITHDRAWABLE
@@ -58,6 +58,10 @@ from messages.tx_cost import TxCost
 from runtime.dispatch import Delivery, actor_kind
 
 __all__ = ["SidecarMetrics", "MONTH_STAGES", "LATENCY_BUCKETS"]
+
+# No ``*_created`` series beside every counter: a scraper has the process's start
+# (``process_start_time_seconds`` where it wants it) and they double what a scrape carries.
+disable_created_metrics()
 
 #: Every stage a billing month can be in, so each has a sample (0 when none is there).
 MONTH_STAGES = ("open", "grace", "metered", "finalized")
@@ -116,6 +120,8 @@ class _Watched:
                     self.failing.discard(tenant)  # type: ignore[arg-type]
 
     def read(self, tenant: str, failed: bool) -> None:
+        if not failed and tenant not in self.failing:
+            return  # the common case, once per tenant per cycle: nothing to change, no lock to take
         with self.lock:
             if failed and tenant in self.leases:
                 self.failing.add(tenant)
@@ -152,6 +158,7 @@ class SidecarMetrics:
         self.withdraw_lookups = counter("withdraw_lookups", "Lookups of withdraw txs of unknown outcome: found, failed, pending", ("outcome",))
         self.last_withdraw = gauge("last_withdraw_timestamp_seconds", "When the last withdraw cycle ended without an error (Unix time)")
         self.credit_reads = counter("credit_reads", "Tenant credit reads by outcome: ok, failed", ("outcome",))
+        self._reads_ok, self._reads_failed = self.credit_reads.labels("ok"), self.credit_reads.labels("failed")
         self.last_credit_check = gauge("last_credit_check_timestamp_seconds", "When a tenant's credit was last read successfully (Unix time)")
         self.closed = counter("leases_closed", "Leases closed by us, by closure reason (looked_up: a close of unknown outcome found applied)", ("reason",))
         self.found_closed = counter("leases_found_closed", "Leases found already closed on chain when we meant to close them")
@@ -265,12 +272,12 @@ class SidecarMetrics:
 
     # -- credit ---------------------------------------------------------------------------
     def _read(self, d: Delivery, m: CreditRead) -> None:
-        self.credit_reads.labels("ok").inc()
+        self._reads_ok.inc()
         self.last_credit_check.set(d.at.timestamp())
         self._watched.read(m.account.tenant, failed=False)
 
     def _read_failed(self, d: Delivery, m: CreditReadFailed) -> None:
-        self.credit_reads.labels("failed").inc()
+        self._reads_failed.inc()
         self._watched.read(d.recipient[len(_TENANT):], failed=True)
 
     # -- closures -------------------------------------------------------------------------
