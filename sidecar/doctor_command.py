@@ -44,6 +44,7 @@ def run(config: Config) -> int:
         print(f"error: {config.source}: [chain] mode is \"model\" (the in-process chain): there is no node to check")
         return 2
     closers: list[Callable[[], None]] = []
+    node = config.node
     try:
         if mode == "devnet":
             from sidecar.runner import demo_devnet
@@ -53,21 +54,18 @@ def run(config: Config) -> int:
             _, devnet, _ = demo_devnet(config, clock)
             closers.append(devnet.stop)
             print(f"checking the embedded devnet ([chain] mode = \"devnet\"): {devnet.grpc_url}, {devnet.websocket_url}")
-            doctor = NodeDoctor(
-                node=config.node, grpc_url=devnet.grpc_url, websocket_url=devnet.websocket_url,
-                key_file=str(devnet.provider_key_file), chain_id=config.chain.chain_id,
-                provider_uuid=config.provider.uuid, max_node_lag=config.scheduler.max_node_lag,
-                now=clock.now, open_timeout=config.listener.open_timeout.total_seconds(),
+            where: dict[str, Any] = dict(
+                grpc_url=devnet.grpc_url, websocket_url=devnet.websocket_url,
+                key_file=str(devnet.provider_key_file), now=clock.now,
             )
         else:
-            print(f"checking the node of {config.source}: {config.node.grpc_url}, {config.node.websocket_url}")
-            doctor = NodeDoctor(
-                node=config.node, grpc_url=config.node.grpc_url, websocket_url=config.node.websocket_url,
-                chain_id=config.chain.chain_id, provider_uuid=config.provider.uuid,
-                max_node_lag=config.scheduler.max_node_lag, now=lambda: datetime.now(timezone.utc),
-                open_timeout=config.listener.open_timeout.total_seconds(),
-            )
-        checks = doctor.run()
+            print(f"checking the node of {config.source}: {node.grpc_url}, {node.websocket_url}")
+            where = dict(grpc_url=node.grpc_url, websocket_url=node.websocket_url, now=lambda: datetime.now(timezone.utc))
+        checks = NodeDoctor(
+            node=node, chain_id=config.chain.chain_id, provider_uuid=config.provider.uuid,
+            max_node_lag=config.scheduler.max_node_lag, open_timeout=config.listener.open_timeout.total_seconds(),
+            **where,
+        ).run()
     finally:
         for close in reversed(closers):
             close()
