@@ -10,6 +10,7 @@ fails, 2 for a configuration that cannot be checked.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -41,7 +42,8 @@ def run(config: Config) -> int:
 
     mode = config.chain.mode
     if mode == "model":
-        print(f"error: {config.source}: [chain] mode is \"model\" (the in-process chain): there is no node to check")
+        print(f"error: {config.source}: [chain] mode is \"model\" (the in-process chain): there is no node to check",
+              file=sys.stderr)
         return 2
     closers: list[Callable[[], None]] = []
     node = config.node
