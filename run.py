@@ -23,11 +23,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.cli import Parser, UsageError, closed_output_guard, run_guarded  # noqa: E402
-from runtime.clock import Clock, RealClock  # noqa: E402
+from runtime.clock import RealClock  # noqa: E402
+from logs.output import start_log  # noqa: E402
+from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, convert_setting, format_duration, load_config, parse_duration  # noqa: E402
 from runtime.key_material import shown  # noqa: E402
+from runtime.version import sidecar_version  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
+#: The shipped configuration, beside run.py in a checkout. An installed package or the binary
+#: has none: it runs on the built-in defaults, which are the same (tests/test_config.py).
 DEFAULT_CONFIG = ROOT / "config.toml"
 
 
@@ -65,28 +70,10 @@ def _real_seconds(duration: timedelta | None, speed: float) -> float | None:
     return None if seconds > threading.TIMEOUT_MAX else seconds
 
 
-class SimTimeFormatter(logging.Formatter):
-    """Prefix each line with the clock's (simulated) time: decisions read in chain time."""
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def format(self, record: logging.LogRecord) -> str:
-        stamp = self.clock.now().strftime("%Y-%m-%d %H:%M:%S")
-        level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
-        return f"[{stamp}] {level}{record.getMessage()}"
-
-
-def _setup_logging(clock: Clock, level: str) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(SimTimeFormatter(clock))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
-    logging.getLogger("leasewarden").setLevel(getattr(logging, level.upper()))
-    # The listener reports its own connects and drops; the library's are noise.
-    logging.getLogger("websockets").setLevel(logging.WARNING)
+def _prog() -> str:
+    """The name errors and --help use: leasewarden as the console script and the binary, else run.py."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "leasewarden" if name.startswith("leasewarden") else "run.py"
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -95,6 +82,8 @@ def load(args: argparse.Namespace) -> Config:
         overrides.setdefault("demo", {})["speed"] = args.speed
     if getattr(args, "chain_version", None) is not None:
         overrides.setdefault("devnet", {})["chain_version"] = args.chain_version
+    if getattr(args, "dry_run", False):
+        overrides.setdefault("scheduler", {})["dry_run"] = True
     return load_config(args.config, overrides)
 
 
@@ -108,10 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     speed = config.demo.speed if config.chain.mode != "node" else 1.0
     clock = RealClock(speed=speed)
-    _setup_logging(clock, args.log_level)
+    output = start_log(config.log, clock.now, args.log_level)
     log = logging.getLogger("leasewarden")
     summary = RunSummary()
-    running = build(config, clock, taps=(summary,))
+    running = build(config, clock, taps=(summary,), serve=True)
     for line in describe(running):
         log.info(line)
     s = config.scheduler
@@ -139,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         log.info(line)
     log.info(f"tenants watched at the end: {watched}")
+    output.close()
     return 0
 
 
@@ -149,7 +139,7 @@ def cmd_devnet(args: argparse.Namespace) -> int:
 
     config = load(args)
     clock = RealClock(speed=config.demo.speed)
-    _setup_logging(clock, args.log_level)
+    start_log(config.log, clock.now, args.log_level)
     _, devnet, world = demo_devnet(config, clock)
     world.start()
     version = chain_version(config.devnet.chain_version)
@@ -184,13 +174,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog="run.py",
+        prog=_prog(),
         description=(
             "leasewarden: withdraws a Manifest provider's lease fees on a schedule, watches every "
             "tenant's credit and closes the leases of tenants whose credit is gone, and keeps the books."
         ),
     )
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="configuration file (default: %(default)s)")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else None,
+                   help="configuration file (default: %(default)s; without one, the built-in defaults: the embedded devnet)")
+    p.add_argument("--version", action="version", version=f"leasewarden {sidecar_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the sidecar (the default command)", description=(
@@ -201,8 +193,11 @@ def parser() -> argparse.ArgumentParser:
                           "default: run until Ctrl-C")
     run.add_argument("--speed", type=_speed, default=None,
                      help="simulated seconds per real second (overrides [demo] speed; ignored for a real node)")
-    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                     help="detail of the decision log (default: %(default)s)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="read and decide as usual, log what would be withdrawn and closed, send no tx "
+                          "([scheduler] dry_run)")
+    run.add_argument("--log-level", default=None, choices=LOG_LEVELS,
+                     help="detail of the decision log (default: [log] level, info)")
     run.add_argument("--chain-version", choices=("current", "v2.1"), default=None,
                      help="which chain the embedded chain behaves as (overrides [devnet] chain_version; "
                           "ignored for a real node)")
@@ -216,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     devnet.add_argument("--chain-version", choices=("current", "v2.1"), default=None,
                         help="which chain the devnet behaves as (overrides [devnet] chain_version): current, the "
                              "newest chain source, or v2.1, tag v2.1.0 (no withdraw cursor, no credit isolation)")
-    devnet.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+    devnet.add_argument("--log-level", default="warning", choices=LOG_LEVELS,
                         help="detail of the log (default: %(default)s)")
     devnet.set_defaults(func=cmd_devnet)
 
@@ -228,9 +223,11 @@ def parser() -> argparse.ArgumentParser:
 
     from ledger.cli import add_commands as add_ledger_commands
     from replay.cli import add_command as add_replay_command
+    from sidecar.doctor_command import add_command as add_doctor_command
 
     add_ledger_commands(sub, load_config)
     add_replay_command(sub, load_config)
+    add_doctor_command(sub, load_config)
     return p
 
 
@@ -279,7 +276,7 @@ def _with_command(argv: list[str], commands: dict[str, object]) -> list[str]:
     i = 0
     while i < len(argv) and (argv[i] == "--config" or argv[i].startswith("--config=")):
         i += 2 if argv[i] == "--config" else 1
-    if i < len(argv) and argv[i] in ("-h", "--help"):
+    if i < len(argv) and argv[i] in ("-h", "--help", "--version"):
         return argv
     if i == len(argv) or argv[i].startswith("-"):
         return argv[:i] + ["run"] + argv[i:]

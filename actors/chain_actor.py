@@ -4,7 +4,8 @@ Its core, ``ChainDecisions``, runs at most one withdraw cycle at a time
 (``actors.withdraw_cycle``) and the closure rounds (``actors.closures``);
 the calls themselves go to ``chain-io`` and come back as messages. Reads
 that decide nothing here (credit, active leases) go to ``chain-io``
-directly from the scheduler.
+directly from the scheduler. In a dry run (``[scheduler] dry_run``) the
+withdraws and closures go to ``actors.dry_run`` instead: read, told, not sent.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
+from actors import dry_run
 from actors.close_lookup import CloseLookups
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
@@ -64,8 +66,13 @@ class ChainDecisions:
                 busy = ChainFailure("withdraw", f"withdraw cycle {self.withdraw.cycle} still running")
                 return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
             self.withdraw = WithdrawCycle(message.cycle, self.settings, self.cursor, self.failing, message.alone)
+            if self.settings.dry_run:
+                self.withdraw.done = True  # a cycle of no pages: the dry run only reads
+                return dry_run.withdraw(message.cycle)
             return self.withdraw.begin()
         if isinstance(message, WithdrawableAnswered):
+            if self.settings.dry_run:
+                return dry_run.withdrawable(message)
             return self._in_cycle(message.cycle, lambda w: w.withdrawable(message, now))
         if isinstance(message, ActiveLeasesRead):
             return self._in_cycle(message.cycle, lambda w: w.leases_read(message, now))
@@ -106,15 +113,22 @@ class ChainDecisions:
                 out.append(Note(
                     f"dropped the closure requests of {len(tenants)} tenant(s) ({', '.join(tenants[:5])}"
                     f"{' ...' if len(tenants) > 5 else ''}) made in a check cycle that ended before "
-                    "sending them; each asks again on its next read if its credit is still gone"
+                    "sending them; each asks again on its next read if its credit is still gone",
+                    event="closure_requests_dropped", fields=(("tenants", len(tenants)),), level="warning",
                 ))
             if not requests:
                 return out + [Send(SCHEDULER, ClosuresFlushed(cycle=message.cycle))]
+            if self.settings.dry_run:
+                return out + dry_run.closures(message.cycle, requests)
             self._round_counter += 1
             rnd = CloseRound(self._round_counter, message.cycle, self.settings, requests)
             self.rounds[rnd.round] = rnd
             leases = sum(len(r.lease_uuids) for r in requests)
-            return out + [Note(f"closing {leases} lease(s) of {len(requests)} tenant(s)")] + rnd.begin()
+            closing = Note(
+                f"closing {leases} lease(s) of {len(requests)} tenant(s)",
+                event="closing", fields=(("cycle", message.cycle), ("leases", leases), ("tenants", len(requests))),
+            )
+            return out + [closing] + rnd.begin()
         if isinstance(message, (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)):
             rnd = self.rounds.get(message.round)
             if rnd is None:

@@ -45,6 +45,8 @@ from messages.chain_actor import (
     WithdrawTxAnswered,
     WithdrawTxCall,
     WithdrawTxSigned,
+    WithdrawableAnswered,
+    WithdrawableCall,
 )
 from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead, LeaseRead
@@ -187,7 +189,7 @@ class ChainIO(PooledActor):
 
     def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
         status, error = _attempt("node_status", self.client.node_status)
-        return CHAIN, NodeStatusAnswered(m.round, status, error)
+        return m.reply_to, NodeStatusAnswered(m.round, status, error)
 
     def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))

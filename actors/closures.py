@@ -124,7 +124,8 @@ class CloseRound:
             for r in self.requests:
                 for u in r.lease_uuids:
                     self.failed[u] = failure
-            return [Note(f"closures wait: {problem}")] + self._finish(now, retry_at=now + s.credit_check_retry_interval)
+            wait = Note(f"closures wait: {problem}", event="closures_wait", fields=(("problem", problem),), level="warning")
+            return [wait] + self._finish(now, retry_at=now + s.credit_check_retry_interval)
         out: list[Effect] = []
         for i, (reason, leases) in enumerate(plan_batches(self.requests), start=1):
             self.batches[i] = _Batch(reason, leases)
@@ -160,7 +161,10 @@ class CloseRound:
             for u in message.lease_uuids:
                 self.failed[u] = message.error
             batch.done = True
-            out.append(Note(f"close batch {message.batch} failed: {message.error.message}"))
+            out.append(Note(
+                f"close batch {message.batch} failed: {message.error.message}",
+                event="close_batch_failed", fields=(("leases", len(message.lease_uuids)),), level="warning",
+            ))
         return out + self._maybe_finish(now)
 
     def on_check(self, message: LeaseCheckAnswered, now: datetime) -> list[Effect]:
@@ -201,7 +205,10 @@ class CloseRound:
                 hashes = tuple(sorted({h for u in closed for h in self.closed[u]}))
                 out.append(Send(to, LeasesClosed(r.tenant, closed, r.reason, hashes)))
                 out.append(Send(LEDGER, ClosureRecorded(now, r.tenant, closed, r.reason, hashes)))
-                out.append(Note(f"closed {len(closed)} lease(s) of tenant {r.tenant}: {r.reason}", r.tenant))
+                out.append(Note(
+                    f"closed {len(closed)} lease(s) of tenant {r.tenant}: {r.reason}", r.tenant,
+                    event="leases_closed", fields=(("leases", closed), ("reason", r.reason), ("tx_hashes", hashes)),
+                ))
             if gone:
                 out.append(Send(to, LeasesClosed(r.tenant, gone, r.reason, (), already_closed=True)))
             if failed:

@@ -30,10 +30,20 @@ class Send:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Note:
-    """One readable decision line ("tenant X depletes at ..."). ``tenant`` for filtering."""
+    """One readable decision line ("tenant X depletes at ..."). ``tenant`` for filtering.
+
+    ``event`` names the decision in the JSON log and is what a repeat is
+    known by (``logs.folding``; the name of the message decided on when
+    empty); ``fields`` are the decision's values, ``(name, value)`` pairs;
+    ``level`` is ``debug``, ``info``, ``warning`` (something is wrong and
+    may keep being: it is folded while it repeats) or ``error``.
+    """
 
     text: str
     tenant: str = ""
+    event: str = ""
+    fields: tuple[tuple[str, Any], ...] = ()
+    level: str = "info"
 
 
 @fast_init

@@ -23,6 +23,11 @@ process past the busy timeout, disk full, an I/O error: SQLite's
 ``OperationalError``) loses nothing: the facts are held, in order, and
 tried again first at the next write. Only a fact the ledger refuses for
 what it is (a settlement without a tx hash) is logged whole and dropped.
+
+It tells ``health`` what the sidecar's readiness and metrics need of the
+books: a write refused (``LedgerWriteFailed``, with the facts held), the
+first write that went through after (``LedgerWritesResumed``), and the
+months' stages after each tick (``BooksTicked``).
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ from ledger.settings import LedgerSettings
 from ledger.store import FACT_TYPES, Ledger
 from ledger.tick import Options, Report, tick
 from messages.codec import to_plain
+from messages.health import BooksTicked, LedgerWriteFailed, LedgerWritesResumed, MonthStage
 from messages.ledger import BillingTickDue
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, DeliveryTap, PooledActor, ThreadedDispatcher
-from runtime.router import LEDGER, Router
+from runtime.router import HEALTH, LEDGER, Router
 
 __all__ = ["LedgerActor", "LedgerWriter", "start_ledger_writer", "BATCH_MAX"]
 
@@ -72,8 +78,11 @@ class LedgerActor(PooledActor):
         settings: LedgerSettings,
         stop: threading.Event | None = None,
         close_ledger_on_stop: bool = True,
+        router: Router | None = None,
     ) -> None:
         super().__init__(dispatcher, LEDGER)
+        #: where ``health`` is told of refused writes and ticks (None: nobody is)
+        self.router = router
         self.ledger = ledger
         self.settings = settings
         #: Set when the sidecar stops: a tick in progress stops between months.
@@ -105,6 +114,7 @@ class LedgerActor(PooledActor):
             self.written += self.ledger.record_all(batch)
             if self.held:
                 logger.warning("ledger: wrote the %d fact(s) held back after a failed write", self.held)
+                self._tell_health(LedgerWritesResumed(self.held))
                 self.held = 0
             return
         except sqlite3.OperationalError as exc:
@@ -134,6 +144,11 @@ class LedgerActor(PooledActor):
             del self._pending[:over]
         self.held = len(self._pending)
         logger.error("ledger: could not write (%s); %d fact(s) held for the next write", exc, self.held)
+        self._tell_health(LedgerWriteFailed(str(exc), self.held))
+
+    def _tell_health(self, message: Any) -> None:
+        if self.router is not None:
+            self.router.tell(HEALTH, message)
 
     def _tick(self, message: BillingTickDue) -> None:
         if self.stop_event.is_set():
@@ -163,6 +178,8 @@ class LedgerActor(PooledActor):
                 logger.debug("billing month %s: %s, nothing due", m.month, m.status)
         if report.stopped:
             decisions.info("billing tick stopped between months (the sidecar is stopping)")
+        months = tuple(MonthStage(p.period, p.stage) for p in self.periods.list())
+        self._tell_health(BooksTicked(message.at, months))
 
     def on_stop(self) -> None:
         try:
@@ -172,9 +189,6 @@ class LedgerActor(PooledActor):
         finally:
             if self.close_ledger_on_stop:
                 self.ledger.close()
-
-    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
-        logger.error("ledger writer failed: %s", exception_value)
 
 
 @dataclass
@@ -230,6 +244,6 @@ def start_ledger_writer(
     owns = dispatcher is None
     disp = dispatcher or ThreadedDispatcher(clock.now, workers=1, tap=tap)
     stop = threading.Event()
-    ref = LedgerActor.start(disp, ledger, settings, stop)
+    ref = LedgerActor.start(disp, ledger, settings, stop, router=router)
     router.add(LEDGER, ref)
     return LedgerWriter(ref, ledger, disp, stop, owns, router)

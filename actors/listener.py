@@ -9,7 +9,9 @@ matching tx (``chain.ws_events``), delivers each one once as
 and subscribe sends ``Reconcile`` to ``scheduler``: a node replays nothing,
 so whatever happened while the listener was away (or before it first
 connected) is recovered by re-reading the chain's active leases. Nothing
-missed stays missed.
+missed stays missed. It also tells ``health`` of each subscribe
+(``WebsocketSubscribed``) and each lost session or failed attempt
+(``WebsocketLost``): what ``/readyz`` and the metrics say of the websocket.
 
 Keeping the connection alive:
 
@@ -46,10 +48,11 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 from actors.listener_settings import ListenerSettings
 from chain.ws_events import MalformedFrame, Reply, SeenEvents, TxFrame, decode_frame
 from chain.ws_query import provider_queries
+from messages.health import WebsocketLost, WebsocketSubscribed
 from messages.lease_events import LeaseEvent
 from messages.scheduler import LeaseEventReceived, Reconcile
 from runtime.dispatch import Dispatcher, PooledActor, sending_as
-from runtime.router import LISTENER, SCHEDULER, Router
+from runtime.router import HEALTH, LISTENER, SCHEDULER, Router
 
 __all__ = [
     "ListenerActor",
@@ -146,7 +149,9 @@ class LeaseEventStream:
 
     ``on_events`` gets each batch of fresh lease events of one frame;
     ``on_subscribed`` is called after every connect whose subscriptions were
-    all acknowledged. Both run on the stream's thread and must not block.
+    all acknowledged, ``on_lost`` with the reason after every session or
+    attempt that ended (and whether it had been subscribed). All run on
+    the stream's thread and must not block.
     """
 
     def __init__(
@@ -157,6 +162,7 @@ class LeaseEventStream:
         on_events: Callable[[list[LeaseEvent]], None],
         on_subscribed: Callable[[], None],
         *,
+        on_lost: Callable[[str, bool], None] | None = None,
         random: Callable[[], float] = _random.random,
         name: str = "listener",
     ) -> None:
@@ -169,6 +175,7 @@ class LeaseEventStream:
         self.settings = settings
         self.on_events = on_events
         self.on_subscribed = on_subscribed
+        self.on_lost = on_lost
         self.random = random
         self.name = name
         self.stats = ListenerStats()
@@ -253,6 +260,8 @@ class LeaseEventStream:
             if not subscribed:
                 self.stats.failed_attempts += 1
             self.stats.last_error = reason
+            if self.on_lost is not None:
+                self.on_lost(reason, subscribed)
             if subscribed and loop.time() - started >= s.stable_after.total_seconds():
                 attempt = 0
             delay = backoff_delay(
@@ -411,23 +420,31 @@ class ListenerActor(PooledActor):
             provider_queries(provider_uuid),
             settings or ListenerSettings(),
             self._deliver,
-            self._reconcile,
+            self._subscribed,
+            on_lost=self._lost,
             random=random,
             name=LISTENER,
         )
+        self.websocket_url = websocket_url
 
-    # Both run on the stream's thread; sending_as names the listener as the sender in captures.
+    # These run on the stream's thread; sending_as names the listener as the sender in captures.
     def _deliver(self, events: list[LeaseEvent]) -> None:
         # Every tx of the chain arrives (the subscriptions are a firehose, ``chain.ws_query``):
         # only our leases' events and credit exhaustions anywhere go on.
+        received = self.dispatcher.clock_now()
         with sending_as(LISTENER):
             for event in events:
                 if event.concerns(self.provider_uuid):
-                    self.router.tell(SCHEDULER, LeaseEventReceived(event))
+                    self.router.tell(SCHEDULER, LeaseEventReceived(event, received_at=received))
 
-    def _reconcile(self) -> None:
+    def _subscribed(self) -> None:
         with sending_as(LISTENER):
             self.router.tell(SCHEDULER, Reconcile(source=LISTENER))
+            self.router.tell(HEALTH, WebsocketSubscribed(self.websocket_url, len(self.stream.queries)))
+
+    def _lost(self, reason: str, was_subscribed: bool) -> None:
+        with sending_as(LISTENER):
+            self.router.tell(HEALTH, WebsocketLost(reason, was_subscribed))
 
     def on_start(self) -> None:
         self.stream.start()

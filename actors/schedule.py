@@ -15,7 +15,13 @@ The next wake is the earliest of (seed 000):
   so the follow-up must settle to see the depletion (seed: "schedules an
   earlier follow-up withdrawal");
 - ``recheck``: the earliest early re-check a tenant asked for (read errors,
-  zero-balance grace, failed closes).
+  zero-balance grace, failed closes);
+- ``retry``: while the chain has not answered an active-lease read since
+  the start (a node unreachable at start, with no tenant yet to ask for a
+  re-check), the whole cycle again, backing off from ``initial_backoff``
+  doubling to ``credit_check_retry_interval``, with the withdraw if the
+  last one failed for a passing reason; rather than an hour's sleep until
+  the next withdraw interval.
 
 The scheduler also supervises the tenant monitors: it starts one when a
 tenant first has an active lease with us (chain read or lease event) and
@@ -99,6 +105,7 @@ def next_wake(
     withdraw_due: datetime,
     depletion: datetime | None,
     recheck: datetime | None,
+    retry: datetime | None = None,
 ) -> tuple[datetime, str]:
     """When to wake next and why (the earliest candidate; ties go to the first listed)."""
     candidates: list[tuple[datetime, str]] = [(withdraw_due, "interval")]
@@ -109,6 +116,8 @@ def next_wake(
         candidates.append((at if at > now else now + settings.depletion_check_buffer, "depletion"))
     if recheck is not None:
         candidates.append((max(recheck, now), "recheck"))
+    if retry is not None:
+        candidates.append((max(retry, now), "retry"))
     best = candidates[0]
     for c in candidates[1:]:
         if c[0] < best[0]:
@@ -140,7 +149,13 @@ class SchedulerDecisions:
         self.lease_reads = LeaseReads()
         #: other providers' leases auto-closed without a tenant named, read to learn whose they were
         self._exhausted_elsewhere: set[str] = set()
-
+        #: an active-lease read has succeeded since the start: the chain has answered
+        self.reached = False
+        #: active-lease reads failed in a row before the chain first answered, and when to try again
+        self.unreached_tries = 0
+        self.retry_at: datetime | None = None
+        #: the last withdraw ended on a passing error: a retry withdraws again
+        self.withdraw_failed = False
 
     # -- dispatch ---------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
@@ -154,7 +169,7 @@ class SchedulerDecisions:
         if self.stopped or self.started_at is not None:
             return []
         self.started_at = now
-        out: list[Effect] = [Note("scheduler started")]
+        out: list[Effect] = [Note("scheduler started", event="scheduler_started")]
         if self.billing_tick_interval:
             out.append(Send(LEDGER, BillingTickDue(now)))
             out.append(Send(SCHEDULER, BillingTickTimer(), at=now + self.billing_tick_interval))
@@ -166,7 +181,7 @@ class SchedulerDecisions:
         self.stopped = True
         self.wake_token += 1  # any timer already set is now stale
         self.pending.clear()
-        return [Note("scheduler stopped: no further cycles")]
+        return [Note("scheduler stopped: no further cycles", event="scheduler_stopped")]
 
     def _wake(self, message: Wake, now: datetime) -> list[Effect]:
         if self.stopped or message.token != self.wake_token:
@@ -176,12 +191,12 @@ class SchedulerDecisions:
 
     def _trigger(self, message: TriggerWithdraw, now: datetime) -> list[Effect]:
         if self.stopped:
-            return [Note(f"withdraw trigger from {message.source} ignored: stopped")]
+            return [Note(f"withdraw trigger from {message.source} ignored: stopped", event="trigger_ignored")]
         return self._begin(f"trigger from {message.source}", now, withdraw=True)
 
     def _run_once(self, message: RunCycle, now: datetime) -> list[Effect]:
         if self.stopped:
-            return [Note("withdraw_once ignored: stopped")]
+            return [Note("withdraw_once ignored: stopped", event="trigger_ignored")]
         return self._begin("withdraw_once", now, withdraw=message.withdraw)
 
     def _reconcile(self, message: Reconcile, now: datetime) -> list[Effect]:
@@ -198,7 +213,7 @@ class SchedulerDecisions:
                 frozenset(snap.lease_uuids), snap.depletion_at, snap.recheck_at
             )
             out.append(Spawn(snap.tenant, (TenantRestored(snap),)))
-        return [Note(f"restored {len(out)} tenant(s) from the ledger")] + out
+        return [Note(f"restored {len(out)} tenant(s) from the ledger", event="tenants_restored", fields=(("tenants", len(out)),))] + out
 
     def _billing_tick(self, message: BillingTickTimer, now: datetime) -> list[Effect]:
         if self.stopped or not self.billing_tick_interval:
@@ -212,9 +227,14 @@ class SchedulerDecisions:
     def _begin(self, reason: str, now: datetime, withdraw: bool | None = None) -> list[Effect]:
         if self.cycle is not None:
             self.pending.append((reason, withdraw))
-            return [Note(f"{reason}: cycle {self.cycle.id} still running, runs after it")]
+            return [Note(
+                f"{reason}: cycle {self.cycle.id} still running, runs after it",
+                event="cycle_queued", fields=(("reason", reason), ("running", self.cycle.id)),
+            )]
         if withdraw is None:
-            withdraw = reason == "depletion" or now >= self._withdraw_due()
+            withdraw = (
+                reason == "depletion" or now >= self._withdraw_due() or (reason == "retry" and self.withdraw_failed)
+            )
         # An early re-check that is not also a due withdraw reads only the
         # tenants that asked for it: one tenant's grace window must not cost
         # a credit read of every tenant every 30 s.
@@ -230,7 +250,13 @@ class SchedulerDecisions:
         else:
             what = "credit check"
         out: list[Effect] = [
-            Note(f"cycle {self.cycles_started} ({reason}): {what}"),
+            Note(
+                f"cycle {self.cycles_started} ({reason}): {what}",
+                event="cycle_started",
+                fields=(("cycle", self.cycles_started), ("reason", reason), ("withdraw", withdraw)),
+                # A re-check reads only the tenants that asked for it, each of which said when.
+                level="debug" if only is not None else "info",
+            ),
             Send(SCHEDULER, CycleDeadline(self.cycles_started), at=now + self.settings.cycle_timeout),
         ]
         if withdraw:
@@ -273,11 +299,16 @@ class SchedulerDecisions:
         # must not leave the withdraw "due" and wake the scheduler at once,
         # over and over.
         self.last_withdraw_at = c.started
+        self.withdraw_failed = message.error is not None and message.error.transient
         if message.error is not None:
             out.append(
                 Note(
                     f"cycle {c.id}: withdraw ended early after {message.pages} page(s) "
-                    f"({format_coins(message.total_amounts)} withdrawn): {message.error.message}"
+                    f"({format_coins(message.total_amounts)} withdrawn): {message.error.message}",
+                    event="withdraw_ended_early",
+                    fields=(("cycle", c.id), ("pages", message.pages), ("withdrawn", message.total_amounts),
+                            ("error", message.error.message)),
+                    level="warning",
                 )
             )
         return out + self._read_leases()
@@ -287,16 +318,36 @@ class SchedulerDecisions:
         if c is None:
             return []
         out: list[Effect] = []
-        if message.error is not None:
+        if message.error is not None and not self.reached:
+            out.append(self._unreached(c, message.error.message, now))
+        elif message.error is not None:
             out.append(
                 Note(
                     f"cycle {c.id}: could not read active leases ({message.error.message}); "
-                    f"checking the {len(self.tenants)} tenant(s) already known"
+                    f"checking the {len(self.tenants)} tenant(s) already known",
+                    event="active_leases_unread",
+                    fields=(("cycle", c.id), ("error", message.error.message)),
+                    level="warning",
                 )
             )
         else:
+            self.reached, self.unreached_tries, self.retry_at = True, 0, None
             out += self._sync(message.leases, now)
         return out + self._check(set(self.tenants), now)
+
+    def _unreached(self, c: Cycle, error: str, now: datetime) -> Note:
+        """The chain has not answered since the start: the next try is the ``retry`` wake."""
+        s = self.settings
+        self.unreached_tries += 1
+        delay = min(s.initial_backoff * 2 ** (self.unreached_tries - 1), s.credit_check_retry_interval)
+        self.retry_at = now + delay
+        return Note(
+            f"cycle {c.id}: the chain has not answered since the start ({error}); "
+            f"{self.unreached_tries} tries, the next in {delay.total_seconds():g}s",
+            event="chain_unreached",
+            fields=(("cycle", c.id), ("tries", self.unreached_tries), ("retry_at", self.retry_at), ("error", error)),
+            level="warning",
+        )
 
     def _check(self, tenants: set[str], now: datetime) -> list[Effect]:
         """Have each tenant's credit read; its monitor answers with ``TenantChecked``."""
@@ -344,7 +395,9 @@ class SchedulerDecisions:
         if started or vanished:
             out.append(Note(
                 f"tenants: {started} new, {len(self.tenants)} watched; {len(vanished)} lease(s) no longer "
-                "listed as active, read to confirm they ended"
+                "listed as active, read to confirm they ended",
+                event="tenants_synced",
+                fields=(("new", started), ("watched", len(self.tenants)), ("unlisted", len(vanished))),
             ))
         return out
 
@@ -387,7 +440,11 @@ class SchedulerDecisions:
             out.append(
                 Note(
                     f"cycle {message.cycle}: closed {len(message.closed)} lease(s), "
-                    f"{len(message.already_closed)} already closed, {len(message.failed)} failed"
+                    f"{len(message.already_closed)} already closed, {len(message.failed)} failed",
+                    event="closures_done",
+                    fields=(("cycle", message.cycle), ("closed", len(message.closed)),
+                            ("already_closed", len(message.already_closed)), ("failed", len(message.failed))),
+                    level="warning" if message.failed else "info",
                 )
             )
         return out + self._finish(now)
@@ -411,10 +468,16 @@ class SchedulerDecisions:
             missing = sorted(c.waiting)
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
             c.waiting.clear()
-            return [Note(f"cycle {c.id}: {len(missing)} tenant(s) did not answer in time ({shown}); going on")] + (
+            return [Note(
+                f"cycle {c.id}: {len(missing)} tenant(s) did not answer in time ({shown}); going on",
+                event="tenants_late", fields=(("cycle", c.id), ("tenants", len(missing))), level="warning",
+            )] + (
                 self._end_check(now)
             )
-        return [Note(f"cycle {c.id}: still {c.phase} after {self.settings.cycle_timeout}; abandoned")] + self._finish(
+        return [Note(
+            f"cycle {c.id}: still {c.phase} after {self.settings.cycle_timeout}; abandoned",
+            event="cycle_abandoned", fields=(("cycle", c.id), ("phase", c.phase)), level="warning",
+        )] + self._finish(
             now
         )
 
@@ -441,14 +504,20 @@ class SchedulerDecisions:
             return []
         depletion = min((e.depletion_at for e in self.tenants.values() if e.depletion_at), default=None)
         recheck = min((e.recheck_at for e in self.tenants.values() if e.recheck_at), default=None)
-        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck)
+        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck, self.retry_at)
         self.wake_token += 1
         self.wake_at = at
         detail = ""
         if reason == "depletion" and depletion is not None:
             detail = f", {self.settings.depletion_check_buffer.total_seconds():g}s before a depletion at {_when(depletion)}"
         return [
-            Note(f"next wake at {_when(at)} ({reason}{detail})"),
+            Note(
+                f"next wake at {_when(at)} ({reason}{detail})",
+                event="wake_planned",
+                fields=(("at", at), ("reason", reason)),
+                # An early re-check is the wake a tenant asked for, and said so.
+                level="debug" if reason == "recheck" else "info",
+            ),
             Send(SCHEDULER, Wake(reason, self.wake_token), at=at),
         ]
 
@@ -481,7 +550,10 @@ class SchedulerDecisions:
             if entry is None:
                 self.tenants[ev.tenant] = TenantEntry(frozenset({ev.lease_uuid}))
                 out.append(Spawn(ev.tenant, (LeaseOpened(lease),)))
-                out.append(Note(f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant))
+                out.append(Note(
+                    f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant,
+                    event="tenant_watched", fields=(("lease", ev.lease_uuid),),
+                ))
             elif ev.lease_uuid not in entry.leases:
                 entry.leases = entry.leases | {ev.lease_uuid}
                 entry.synced = False
@@ -498,7 +570,10 @@ class SchedulerDecisions:
                 out.append(Send(tenant_address(ev.tenant), LeaseGone(ev.lease_uuid, ev.kind)))
                 out += self._drop_leases({ev.lease_uuid})
                 why = f" ({ev.reason})" if ev.reason else ""
-                out.append(Note(f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant))
+                out.append(Note(
+                    f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant,
+                    event="lease_ended", fields=(("lease", ev.lease_uuid), ("kind", ev.kind), ("reason", ev.reason)),
+                ))
         elif not ours and ev.credit_exhausted:
             if not ev.tenant:
                 # Another provider's named-withdraw auto-close names no tenant: read the lease for it.
@@ -522,6 +597,8 @@ class SchedulerDecisions:
                 f"another provider's lease {lease_uuid} of shared tenant {tenant} was auto-closed "
                 f"({reason or 'credit exhausted'}): withdrawing now",
                 tenant,
+                event="shared_tenant_auto_closed",
+                fields=(("lease", lease_uuid), ("tenant", tenant)),
             )
         ]
         if not self.stopped:
@@ -559,7 +636,10 @@ class SchedulerDecisions:
     def _leases_to_read(self, message: LeasesToRead, now: datetime) -> list[Effect]:
         out = self.lease_reads.ask(message.lease_uuids)
         if out:
-            out.insert(0, Note(f"reading {len(out)} lease(s) the books hold without a price or a chain close time"))
+            out.insert(0, Note(
+                f"reading {len(out)} lease(s) the books hold without a price or a chain close time",
+                event="leases_to_read", fields=(("leases", len(out)),),
+            ))
         return out
 
     _handlers = {

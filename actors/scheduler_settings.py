@@ -57,6 +57,9 @@ class SchedulerSettings:
         timedelta(minutes=2), "a node whose latest block is older than this is treated as syncing",
         max=timedelta(days=1),
     )
+    dry_run: bool = setting(
+        False, "read and decide as usual, log what would be withdrawn and closed, and send no tx (a first deployment)"
+    )
 
     def validate(self) -> None:
         if self.max_backoff < self.initial_backoff:

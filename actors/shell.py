@@ -2,13 +2,16 @@
 
 It receives a message, asks its core what to do with the clock's ``now``,
 and carries the effects out: sends (now, or at a time through the clock),
-decision lines to the log, and, for the scheduler, starting and stopping
-tenant monitors. It holds no decision of its own.
+decision lines to the log (``log_decision``: at the note's level, with its
+event, tenant, fields and the decision's time, which ``logs.format``
+writes), and, for the scheduler, starting and stopping tenant monitors. It
+holds no decision of its own.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, Callable
 
 from actors.effects import Core, Effect, Note, Retire, Send, Spawn
@@ -16,10 +19,21 @@ from runtime.clock import Clock, TimerHandle
 from runtime.dispatch import Dispatcher, PooledActor, delivery_time
 from runtime.router import Router
 
-__all__ = ["CoreShell", "CoreActor", "decisions", "start_actor"]
+__all__ = ["CoreShell", "CoreActor", "decisions", "start_actor", "log_decision"]
 
 #: The decision lines: one readable line per decision (``python run.py`` prints them).
 decisions = logging.getLogger("leasewarden.decisions")
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def log_decision(note: Note, now: datetime | None, decided_on: Any = None) -> None:
+    """Log one note; its event is the message's name it was decided on when the note names none."""
+    level = _LEVELS[note.level]
+    if not decisions.isEnabledFor(level):
+        return
+    event = note.event or getattr(type(decided_on), "MESSAGE_NAME", "decision")
+    decisions.log(level, note.text, extra={"event": event, "tenant": note.tenant, "fields": note.fields, "at": now})
 
 
 def start_actor(router: Router, actor_cls: type[PooledActor], *args: Any, **kwargs: Any) -> Any:
@@ -47,9 +61,9 @@ class CoreShell:
     def on_receive(self, message: Any) -> Any:
         # The delivery's time, as captured: replay decides with the same now.
         now = delivery_time() or self.clock.now()
-        self.apply(self.core.handle(message, now))
+        self.apply(self.core.handle(message, now), now, message)
 
-    def apply(self, effects: list[Effect]) -> None:
+    def apply(self, effects: list[Effect], now: datetime | None = None, decided_on: Any = None) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 if effect.at is None:
@@ -58,7 +72,7 @@ class CoreShell:
                     self._timers = [t for t in self._timers if not t.cancelled]
                     self._timers.append(self.router.tell_at(self.clock, effect.at, effect.to, effect.message))
             elif isinstance(effect, Note):
-                decisions.info(effect.text)
+                log_decision(effect, now, decided_on)
             elif isinstance(effect, (Spawn, Retire)) and self._lifecycle is not None:
                 self._lifecycle(effect)
             else:

@@ -183,6 +183,7 @@ class TenantCredit:
                     f"tenant {self.tenant}: closing {len(message.lease_uuids)} lease(s) failed "
                     f"({message.error.message}); grace window kept, retried at the next check",
                     self.tenant,
+                    event="close_failed", fields=(("leases", len(message.lease_uuids)),), level="warning",
                 )
             )
         elif isinstance(message, TenantRestored):
@@ -260,7 +261,8 @@ class TenantCredit:
         else:
             self.recheck_at = None
             text = f"tenant {self.tenant}: credit read failed ({self.consecutive_errs} in a row); nothing closed"
-        out.append(Note(text, self.tenant))
+        fields = self._fields() + (("error", message.error.message),)
+        out.append(Note(text, self.tenant, event="credit_read_failed", fields=fields, level="warning"))
         self._verdict(message.cycle, out, text)
 
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
@@ -342,8 +344,16 @@ class TenantCredit:
                     f"{soonest.lease_uuid} runs dry at {_when(new_at)}{clamp} by the {soonest.rule} "
                     f"({soonest.detail})"
                 )
-        out.append(Note(text, self.tenant))
+        event = "closing_requested" if closing else "credit_gone" if gone else "credit_checked"
+        out.append(Note(text, self.tenant, event=event, fields=self._fields()))
         self._verdict(message.cycle, out, text, closing)
+
+    def _fields(self) -> tuple[tuple[str, Any], ...]:
+        """The decision's values, for the JSON log."""
+        return (
+            ("consecutive_errs", self.consecutive_errs), ("zero_since", self.zero_since),
+            ("depletion_at", self.depletion_at), ("recheck_at", self.recheck_at), ("closing", len(self.closing)),
+        )
 
     def _verdict(self, cycle: int, out: list[Effect], text: str, closing: tuple[str, ...] = ()) -> None:
         out.append(

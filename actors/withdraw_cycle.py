@@ -251,7 +251,10 @@ class WithdrawCycle:
             delay = backoff_delay(self.attempt, s.initial_backoff, s.max_backoff)
             self.attempt += 1
             return [
-                Note(f"{what} failed ({error.message}); try {self.attempt} of {s.max_retries} in {delay.total_seconds():g}s"),
+                Note(
+                    f"{what} failed ({error.message}); try {self.attempt} of {s.max_retries} in {delay.total_seconds():g}s",
+                    event="withdraw_page_retry", fields=(("page", self.page), ("error", error.message)), level="warning",
+                ),
                 Send(CHAIN, RetryWithdrawPage(self.cycle, self.page, self.attempt), at=now + delay),
             ]
         if error.may_have_committed:
@@ -266,7 +269,10 @@ class WithdrawCycle:
             why = f"gave up after {self.attempt} tries"
         else:
             why = "not retryable"
-        return [Note(f"{what} failed ({error.message}); {why}; cycle ends")] + self._finish(error=error)
+        return [Note(
+            f"{what} failed ({error.message}); {why}; cycle ends",
+            event="withdraw_page_failed", fields=(("page", self.page), ("error", error.message)), level="warning",
+        )] + self._finish(error=error)
 
     def _finish(self, hit_bound: bool = False, error: ChainFailure | None = None) -> list[Effect]:
         self.done = True
@@ -282,7 +288,10 @@ class WithdrawCycle:
             out.append(
                 Note(
                     f"withdrew {format_coins(self.total)} from {self.withdrawal_count} lease(s) "
-                    f"in {pages} tx(s){bound}{failing}"
+                    f"in {pages} tx(s){bound}{failing}",
+                    event="withdrawn",
+                    fields=(("cycle", self.cycle), ("withdrawn", self.total), ("leases", self.withdrawal_count),
+                            ("pages", pages), ("hit_page_bound", hit_bound), ("failing", len(self.failing))),
                 )
             )
         out.append(

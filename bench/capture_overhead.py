@@ -113,7 +113,7 @@ def _capture(capture_dir: str | None) -> dict[str, Any]:
 def model_trial(capture_dir: str | None) -> Trial:
     """One trial of full cycles on the in-process chain model; with ``capture_dir`` the capture is on."""
     clock = ManualClock(utc(2026, 3, 1))
-    config = load_config(overrides={"ledger": {"path": ""}, "capture": _capture(capture_dir)})
+    config = load_config(overrides={"chain": {"mode": "model"}, "ledger": {"path": ""}, "capture": _capture(capture_dir)})
     running = build(config, clock, demo=False)
     model = running.model
     assert model is not None

@@ -453,7 +453,7 @@ class _TypeRef:
         slots = cls.__dict__.get("__slots__")
         if params is not None and params.init and slots is not None and set(slots) >= set(own):
             try:
-                self.build = _slots_builder(cls, decl)
+                self.build = _cached_builder(cls, decl)
             except _MissingField as exc:
                 self.error = CodecError(f"message type {decl.name!r}: the capture lacks field {exc.args[0]!r}")
         else:
@@ -479,6 +479,24 @@ class _MissingField(Exception):
 def _count_error(decl: TypeDecl, values: tuple[Any, ...], marked: bool = False) -> CodecError:
     n = len(values) - (1 if marked else 0)
     return CodecError(f"message type {decl.name!r}: {n} value(s) for {len(decl.fields)} field(s)")
+
+
+#: Builders already generated, by (type, name, version, field order): every capture file
+#: declares its types again, and generating one (an ``exec``) costs a quarter of a
+#: millisecond, while the field orders a sidecar writes are few. Bounded, so that damaged
+#: files declaring odd field subsets cannot grow it without end.
+_BUILDERS: dict[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]] = {}
+_BUILDERS_MAX = 4096
+
+
+def _cached_builder(cls: type, decl: TypeDecl) -> Callable[[tuple[Any, ...]], Any]:
+    key = (cls, decl.name, decl.version, decl.fields)
+    build = _BUILDERS.get(key)
+    if build is None:
+        build = _slots_builder(cls, decl)
+        if len(_BUILDERS) < _BUILDERS_MAX:
+            _BUILDERS[key] = build
+    return build
 
 
 def _slots_builder(cls: type, decl: TypeDecl) -> Callable[[tuple[Any, ...]], Any]:

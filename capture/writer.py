@@ -40,7 +40,6 @@ records are counted in ``dropped``.
 from __future__ import annotations
 
 import collections
-import configparser
 import logging
 import os
 import re
@@ -70,8 +69,9 @@ from capture.wire import CaptureEncoder, opaque
 from messages.codec import CodecError
 from runtime.config import format_duration
 from runtime.dispatch import Delivery
+from runtime.version import sidecar_version
 
-__all__ = ["CaptureWriter", "sidecar_version", "effective_config"]
+__all__ = ["CaptureWriter", "effective_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,23 +114,6 @@ CLOSE_TIMEOUT_S = 60.0
 #: lost to a race between a tap and the writer going idle costs at most this
 #: long, never records left unwritten until the next batch fills up.
 IDLE_WAIT_MAX_S = 1.0
-
-
-def sidecar_version() -> str:
-    """The installed leasewarden version, else the one in the checkout's setup.cfg."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        return version("leasewarden")
-    except PackageNotFoundError:
-        pass
-    cfg = Path(__file__).resolve().parent.parent / "setup.cfg"
-    parser = configparser.ConfigParser()
-    try:
-        parser.read(cfg, encoding="utf-8")
-        return parser.get("metadata", "version")
-    except (configparser.Error, OSError):
-        return "unknown"
 
 
 def _exact_duration(value: timedelta) -> str:

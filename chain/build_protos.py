@@ -1,9 +1,12 @@
-"""Regenerate ``chain/billing_pb/`` from ``chain/proto/`` with grpcio-tools.
+"""Regenerate ``chain/billing_pb/`` and ``chain/sku_pb/`` from ``chain/proto/`` with grpcio-tools.
 
 The generated modules are committed, so a fresh clone imports them without
-running protoc; run this only after editing a ``.proto``::
+running protoc; run this only after editing a ``.proto``, with grpcio-tools
+1.71.2 (its protoc writes code for protobuf 5.29, which the project
+pins) in a virtualenv of its own beside cosmpy::
 
-    python chain/build_protos.py
+    python -m venv /tmp/protoc && /tmp/protoc/bin/pip install grpcio-tools==1.71.2 cosmpy
+    /tmp/protoc/bin/python chain/build_protos.py
 
 The billing protos import ``cosmos/base/v1beta1/coin.proto`` and
 ``cosmos/base/query/v1beta1/pagination.proto``. Their ``.proto`` sources do
@@ -18,6 +21,10 @@ cosmos.base.v1beta1 import coin_pb2``; the first only resolves with
 protos directory there. The imports are rewritten to package-absolute ones
 (``chain.billing_pb`` and ``cosmpy.protos``) so that importing a generated
 module works from anywhere.
+
+Each proto package goes to its own Python package (``PACKAGES``):
+``liftedinit.billing.v1`` to ``chain/billing_pb``, ``liftedinit.sku.v1``
+(the provider registry) to ``chain/sku_pb``.
 """
 
 from __future__ import annotations
@@ -29,22 +36,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "chain" / "proto"
-PACKAGE_DIR = PROTO_ROOT / "liftedinit" / "billing" / "v1"
-OUT = ROOT / "chain" / "billing_pb"
+
+#: proto package -> (its folder under chain/proto, the Python package it is generated into)
+PACKAGES = {
+    "liftedinit.billing.v1": ("liftedinit/billing/v1", "billing_pb"),
+    "liftedinit.sku.v1": ("liftedinit/sku/v1", "sku_pb"),
+}
 
 #: Files of cosmpy's bundled protos the billing protos import (their
 #: dependencies are added to the descriptor set too).
 COSMOS_IMPORTS = ("cosmos/base/v1beta1/coin.proto", "cosmos/base/query/v1beta1/pagination.proto")
 
-_INIT = '''"""Generated Python for the ``liftedinit.billing.v1`` protos (``chain/proto``).
+_INIT = '''"""Generated Python for the ``{package}`` protos (``chain/proto``).
 
 Regenerate with ``python chain/build_protos.py``; do not edit the
 ``*_pb2*.py`` files by hand.
 """
 
-from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2, tx_pb2_grpc, types_pb2
+from chain.{out} import {modules}
 
-__all__ = ["types_pb2", "tx_pb2", "tx_pb2_grpc", "query_pb2", "query_pb2_grpc"]
+__all__ = [{names}]
 '''
 
 
@@ -80,20 +91,28 @@ def cosmos_descriptor_set() -> bytes:
 
 
 def _rewrite_imports(text: str) -> str:
-    text = re.sub(r"^from liftedinit\.billing\.v1 import ", "from chain.billing_pb import ", text, flags=re.M)
+    for package, (_, out) in PACKAGES.items():
+        text = re.sub(rf"^from {re.escape(package)} import ", f"from chain.{out} import ", text, flags=re.M)
     text = re.sub(r"^from cosmos\.", "from cosmpy.protos.cosmos.", text, flags=re.M)
     return text
 
 
 def build() -> list[Path]:
+    written: list[Path] = []
+    for package, (folder, out) in PACKAGES.items():
+        written += build_package(package, PROTO_ROOT / folder, ROOT / "chain" / out, out)
+    return written
+
+
+def build_package(package: str, package_dir: Path, out_dir: Path, out: str) -> list[Path]:
     import grpc_tools
     from grpc_tools import protoc
 
     # google/protobuf/*.proto (Timestamp) ship with grpcio-tools.
     well_known = Path(grpc_tools.__file__).parent / "_proto"
-    protos = sorted(PACKAGE_DIR.glob("*.proto"))
+    protos = sorted(package_dir.glob("*.proto"))
     if not protos:
-        raise SystemExit(f"no .proto files under {PACKAGE_DIR}")
+        raise SystemExit(f"no .proto files under {package_dir}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         deps = tmp_path / "cosmos.pb"
@@ -113,16 +132,21 @@ def build() -> list[Path]:
         code = protoc.main(args)
         if code != 0:
             raise SystemExit(f"protoc failed with exit code {code}")
-        OUT.mkdir(exist_ok=True)
+        out_dir.mkdir(exist_ok=True)
         written = []
-        for src in sorted((gen / "liftedinit" / "billing" / "v1").iterdir()):
+        for src in sorted((gen / package_dir.relative_to(PROTO_ROOT)).iterdir()):
             if src.suffix not in (".py", ".pyi"):
                 continue
-            dst = OUT / src.name
+            dst = out_dir / src.name
             dst.write_text(_rewrite_imports(src.read_text()))
             written.append(dst)
-    (OUT / "__init__.py").write_text(_INIT)
-    written.append(OUT / "__init__.py")
+    init = out_dir / "__init__.py"
+    if not init.exists():  # written once: a package's list is then kept by hand, as billing_pb's is
+        modules = sorted(p.stem for p in written if p.suffix == ".py")
+        init.write_text(_INIT.format(
+            package=package, out=out, modules=", ".join(modules), names=", ".join(f'"{m}"' for m in modules)
+        ))
+        written.append(init)
     return written
 
 

@@ -63,7 +63,7 @@ import math
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Sequence
@@ -111,11 +111,12 @@ from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query,
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
-from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc, tx_pb2
 from cosmpy.protos.cosmos.vesting.v1beta1 import vesting_pb2
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
-from messages.coins import Coin, add_coins
+from messages.coins import Coin, add_coins, coins
 from messages.ledger import LeaseSettled
+from messages.tx_cost import TxCost
 
 __all__ = [
     "CosmpyChainClient",
@@ -176,6 +177,8 @@ class IncludedTx:
     events: tuple[tuple[str, dict[str, str]], ...] = ()
     #: Block time as the node wrote it (RFC 3339); may be empty.
     timestamp: str = ""
+    #: The fee, gas limit and re-signs of the tx, for the metrics (``TxCost``).
+    cost: TxCost | None = None
 
 
 @dataclass
@@ -292,6 +295,14 @@ def parse_block_time(text: str) -> datetime | None:
     except ValueError:
         return None
     return at.astimezone(timezone.utc)
+
+
+def _fee_of(included: abci_pb2.TxResponse) -> tuple[Coin, ...]:
+    """The fee an included tx carried, from the tx itself (the chain takes it whole); () if the node left the tx out."""
+    tx = tx_pb2.Tx()
+    if not included.HasField("tx") or not included.tx.Unpack(tx):
+        return ()
+    return coins(Coin(c.denom, int(c.amount)) for c in tx.auth_info.fee.amount if c.amount.isdigit())
 
 
 class CosmpyChainClient:
@@ -579,6 +590,7 @@ class CosmpyChainClient:
             closed_count=closed,
             tx_hashes=(included.txhash,),
             settlements=self._settlements(op, included, lease_uuids=set(lease_uuids)),
+            cost=included.cost,
         )
 
     def _looked_up(self, op: str, tx_hash: str) -> IncludedTx | None:
@@ -604,6 +616,7 @@ class CosmpyChainClient:
                 payout_address=r.payout_address,
                 settlements=self._withdraw_settlements(op, included, provider_uuid, coins_from_proto(r.total_amounts)),
                 failed_lease_uuids=tuple(r.failed_lease_uuids),
+                cost=included.cost,
             ),
         )
 
@@ -634,6 +647,7 @@ class CosmpyChainClient:
             closed_count=closed,
             tx_hashes=(included.txhash,),
             settlements=self._settlements(op, included, lease_uuids=asked),
+            cost=included.cost,
         )
 
     def _settlements(
@@ -711,6 +725,8 @@ class CosmpyChainClient:
     def _send(self, operation: str, msgs: list[Message], signed: Callable[[str], None] | None) -> IncludedTx:
         gas: int | None = None  # one Simulate (or the fallback) seeds every attempt
         retries = 0
+        #: re-signs by cause, for the tx's ``TxCost``
+        resigned = {SDK_SEQUENCE_MISMATCH: 0, SDK_OUT_OF_GAS: 0}
         txhash = ""
         while True:
             account = self._account_info(operation)
@@ -737,13 +753,21 @@ class CosmpyChainClient:
                         # Failed in the ante handler at inclusion: the sequence was not used.
                         self._account = None
                     raise self._tx_error(operation, included, included_at=included.height)
-                return self._included(operation, txhash, included)
+                done = self._included(operation, txhash, included)
+                assert done.cost is not None
+                return replace(done, cost=replace(
+                    done.cost,
+                    sequence_retries=resigned[SDK_SEQUENCE_MISMATCH],
+                    out_of_gas_retries=resigned[SDK_OUT_OF_GAS],
+                ))
             except ChainError as exc:
                 if exc.may_have_committed and not exc.tx_hash:
                     exc.tx_hash = txhash  # signed and maybe applied: it can be looked up
                 if retries >= self.max_tx_retries or not self._retry_here(exc):
                     raise
                 retries += 1
+                if exc.codespace == SDK and exc.code in resigned:
+                    resigned[exc.code] += 1
                 if exc.codespace == SDK and exc.code == SDK_OUT_OF_GAS and gas is not None:
                     gas = self._more_gas(exc, gas)
                     log.info("%s: out of gas, signing again with gas %d", operation, gas)
@@ -809,6 +833,7 @@ class CosmpyChainClient:
             gas_used=included.gas_used,
             events=tuple((e.type, {a.key: a.value for a in e.attributes}) for e in included.events),
             timestamp=included.timestamp,
+            cost=TxCost(fee=_fee_of(included), gas_wanted=included.gas_wanted, gas_used=included.gas_used),
         )
 
     @staticmethod
@@ -883,8 +908,24 @@ class CosmpyChainClient:
         tx.signatures.append(b"")
         return tx.SerializeToString()
 
-    def _simulate(self, operation: str, msgs: list[Message], account: _Account) -> int:
-        raw = self._simulation_tx(msgs, account)
+    def simulate_with_fee(self, operation: str, msgs: Sequence[Message]) -> tuple[int, int, int]:
+        """Simulate ``msgs`` as the next tx would carry them, fee included: (gas used, gas limit, fee in fee_denom).
+
+        The second Simulate carries the signed tx with its real gas and fee,
+        so a fee the account cannot pay fails here. Nothing is broadcast
+        (``run.py doctor``). Raises ``ChainError`` as a send would at its simulation.
+        """
+        with self._tx_lock:
+            account = self._account_info(operation)
+            used = self._simulate(operation, list(msgs), account)
+            limit = _times(used, _decimal(self.gas_adjustment))
+            self._simulate(operation, list(msgs), account, raw=self._sign(list(msgs), account, limit))
+            return used, limit, self._fee(limit)
+
+    def _simulate(self, operation: str, msgs: list[Message], account: _Account, raw: bytes | None = None) -> int:
+        """The gas Simulate measures for ``msgs`` (as ``_simulation_tx``, or the tx ``raw`` given)."""
+        if raw is None:
+            raw = self._simulation_tx(msgs, account)
         try:
             r = self._txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw), timeout=self.simulate_timeout)
         except grpc.RpcError as exc:

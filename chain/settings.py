@@ -41,8 +41,10 @@ class ProviderSettings:
 @section("chain")
 @dataclass(frozen=True)
 class ChainSettings:
+    # devnet by default: with no config file at all (an installed package, the binary) the
+    # sidecar runs the demo on the embedded devnet, as the shipped config.toml does.
     mode: str = setting(
-        "model",
+        "devnet",
         "model: in-process chain model; devnet: embedded devnet over gRPC+websocket; node: a real node",
         choices=("model", "devnet", "node"),
     )

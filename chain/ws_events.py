@@ -203,8 +203,10 @@ def parse_tx_result(result: Mapping[str, Any]) -> tuple[str, int, list[LeaseEven
             continue
         shown = ", ".join(f"{attr}={len(values)}" for attr, values in sorted(columns.items()))
         if tx_result is not None:
+            # Expected where an attribute is on some events only (provider_withdraw's
+            # auto_closed marks the auto-closed leases alone): TxResult pairs them right.
             rows = [attrs for etype, attrs in tx_result.events if etype == event_type]
-            logger.warning(
+            logger.debug(
                 "tx %s: %s arrays disagree in length (%s); read %d event(s) from TxResult instead",
                 tx_hash, event_type, shown, len(rows),
             )

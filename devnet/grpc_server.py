@@ -61,6 +61,7 @@ from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1Pu
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc, tx_pb2
 from cosmpy.protos.tendermint.p2p import types_pb2 as p2p_types
 from cosmpy.protos.tendermint.types import block_pb2 as tm_block, params_pb2 as tm_params, types_pb2 as tm_types
+from devnet import node_service, sku_service
 from devnet.node import DevnetNode, TxRejected
 
 __all__ = ["DevnetGrpcServer", "GrpcFaults"]
@@ -389,6 +390,8 @@ class DevnetGrpcServer:
         tm_grpc.add_ServiceServicer_to_server(_TendermintService(node), self._server)
         query_pb2_grpc.add_QueryServicer_to_server(_BillingQuery(node), self._server)
         consensus_grpc.add_QueryServicer_to_server(_ConsensusQuery(), self._server)
+        sku_service.add_to_server(node, self._server)
+        node_service.add_to_server(node, self._server)
         self._started = False
 
     def start(self) -> int:

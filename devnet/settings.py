@@ -49,11 +49,14 @@ class DevnetSettings:
         choices=("current", "v2.1"),
     )
     min_lease_duration: timedelta = setting(
-        timedelta(hours=1), "billing param: seconds of a lease's rate reserved at creation (the chain's default 1h)",
+        timedelta(minutes=2),
+        "billing param: seconds of a lease's rate reserved at creation (the chain's default is 1h; the devnet's is "
+        "short so that the demo's draining tenants run dry within minutes)",
         min=timedelta(seconds=1), max=timedelta(days=30),
     )
     pending_timeout: timedelta = setting(
-        timedelta(minutes=30), "billing param: a PENDING lease expires at the end of the first block after this",
+        timedelta(minutes=10),
+        "billing param: a PENDING lease expires at the end of the first block after this (the chain's default is 30m)",
         min=timedelta(seconds=60), max=timedelta(days=1),
     )
     signer_account: str = setting(

@@ -107,6 +107,13 @@ class PeriodInfo:
     runs: int
     latest_run: RunInfo | None
 
+    @property
+    def stage(self) -> str:
+        """open, grace, metered (in grace with a completed run, awaiting its finalize) or finalized."""
+        if self.status == "grace" and self.latest_run is not None and self.latest_run.status == "completed":
+            return "metered"
+        return self.status
+
 
 def pid_running(pid: int) -> bool:
     """Whether a process with this pid exists on this host."""

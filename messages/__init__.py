@@ -4,7 +4,7 @@ Importing this package registers every message type with the codec, so
 ``messages.codec.registry()`` is complete once ``messages`` is imported.
 """
 
-from messages import chain, chain_actor, coins, credit, lease_events, ledger, scheduler  # noqa: F401
+from messages import chain, chain_actor, coins, credit, health, lease_events, ledger, scheduler, tx_cost  # noqa: F401
 from messages.codec import (  # noqa: F401
     CodecError,
     NewerSchemaVersion,

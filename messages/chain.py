@@ -18,6 +18,7 @@ from datetime import datetime
 
 from messages.codec import message
 from messages.coins import Coin
+from messages.tx_cost import TxCost
 
 __all__ = [
     "LeaseItem",
@@ -147,6 +148,8 @@ class WithdrawPage:
     #: Current chain: leases of this page whose settlement failed; the
     #: cursor moved past them (they must be withdrawn by name).
     failed_lease_uuids: tuple[str, ...] = ()
+    #: what the tx cost (fee, gas, re-signs); None where the client does not know it (the in-process model)
+    cost: TxCost | None = None
 
 
 @message("close_outcome")
@@ -157,6 +160,8 @@ class CloseOutcome:
     #: What the close settled on each lease (its ``lease_closed`` events;
     #: ``at`` is the block time), for the ledger. Empty in older captures.
     settlements: tuple[LeaseSettled, ...] = ()
+    #: what the tx cost (fee, gas, re-signs); None where the client does not know it (the in-process model)
+    cost: TxCost | None = None
 
 
 @message("node_status")

@@ -234,7 +234,11 @@ class CreditReadsCall:
 @message("node_status_call")
 @dataclass(frozen=True, slots=True)
 class NodeStatusCall:
+    """Answered with ``NodeStatusAnswered`` to ``reply_to``: the chain actor before closing, or ``health``."""
+
     round: int
+    #: the chain actor's address by default (``runtime.router.CHAIN``)
+    reply_to: str = "chain"
 
 
 @message("node_status_answered")
@@ -281,3 +285,4 @@ class LeaseCheckAnswered:
     batch: int
     active: tuple[str, ...] = ()
     error: ChainFailure | None = None
+

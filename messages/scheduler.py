@@ -31,7 +31,7 @@ __all__ = [
 
 #: Why the scheduler's timer fired; the reason decides whether the cycle pays
 #: for a withdrawal (see ``actors.schedule``).
-WAKE_REASONS = ("interval", "depletion", "recheck", "deadline")
+WAKE_REASONS = ("interval", "check", "depletion", "recheck", "retry", "deadline")
 
 
 @message("wake")
@@ -139,6 +139,9 @@ class ClosuresFlushed:
 @dataclass(frozen=True, slots=True)
 class LeaseEventReceived:
     event: LeaseEvent
+    #: the clock's time when the listener read the event's frame (None from the in-process
+    #: model): its delivery's time minus this is what the event waited to reach the scheduler
+    received_at: datetime | None = None
 
 
 @message("reconcile")

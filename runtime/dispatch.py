@@ -19,6 +19,12 @@ Two dispatchers:
 Every delivery goes through the dispatcher, which is where capture taps in:
 it numbers each delivered message and knows who sent it (the actor handling
 a message when it called ``tell``, or the name given to ``sending_as``).
+
+One bad message never stops an actor: where pykka would log a handler's
+exception and stop the actor (a tenant's monitor gone for good because of
+one odd chain answer), the dispatcher logs it with the message's type,
+counts it in ``failures`` (by actor kind, for the metrics) and delivers the
+actor's next message as usual. An ``ask`` still gets the exception.
 """
 
 from __future__ import annotations
@@ -149,6 +155,10 @@ class _Mailbox:
         with self._lock:
             return not self._mail
 
+    def __len__(self) -> int:
+        """Messages waiting (for the metrics' deepest mailbox)."""
+        return len(self._mail)
+
     # dispatcher side ----------------------------------------------------------
     def run(self, throughput: int) -> None:
         actor = self.actor
@@ -196,6 +206,8 @@ class Dispatcher:
         self.tap = tap
         self._seq = _DELIVERY_SEQ
         self.delivered = 0
+        #: messages whose handler raised, by actor kind (``actor_kind``); each was dropped, its actor went on
+        self.failures: collections.Counter[str] = collections.Counter()
 
     def _runnable(self, mailbox: _Mailbox) -> None:
         raise NotImplementedError
@@ -216,14 +228,16 @@ class Dispatcher:
             if envelope.reply_to is not None:
                 envelope.reply_to.set(response)
         except Exception:
+            self.failures[actor_kind(actor.address)] += 1
             if envelope.reply_to is not None:
                 envelope.reply_to.set_exception()
             else:
-                actor._handle_failure(*sys.exc_info())
-                try:
-                    actor.on_failure(*sys.exc_info())
-                except Exception:
-                    actor._handle_failure(*sys.exc_info())
+                # Logged, dropped and survived (the module doc): not pykka's
+                # _handle_failure, which would stop the actor.
+                logger.error(
+                    "%s could not handle a %s; the message is dropped and the actor goes on",
+                    actor, type(message).__name__, exc_info=True,
+                )
         except BaseException:
             logger.debug("%r in %s: stopping all actors", sys.exc_info()[1], actor)
             actor._stop()
@@ -337,6 +351,14 @@ class PooledActor(pykka.Actor):
         return f"{self.__class__.__name__}({self.address})"
 
 
+
+
+def actor_kind(address: str) -> str:
+    """``tenant/manifest1...`` -> ``tenant``: what metrics label an actor by (one label per kind, not per tenant)."""
+    return address.partition("/")[0]
+
+
+__all__.append("actor_kind")
 
 
 def fan_out(*taps: DeliveryTap | None) -> DeliveryTap | None:

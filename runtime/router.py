@@ -15,9 +15,9 @@ from typing import Any
 import pykka
 
 from runtime.clock import Clock, TimerHandle
-from runtime.dispatch import current_sender, sending_as
+from runtime.dispatch import actor_kind, current_sender, sending_as
 
-__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "CHAIN_IO", "LISTENER", "LEDGER"]
+__all__ = ["Router", "tenant_address", "SCHEDULER", "CHAIN", "CHAIN_IO", "LISTENER", "LEDGER", "HEALTH"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ CHAIN = "chain"
 CHAIN_IO = "chain-io"
 LISTENER = "listener"
 LEDGER = "ledger"
+HEALTH = "health"
 
 
 def tenant_address(tenant: str) -> str:
@@ -54,6 +55,19 @@ class Router:
     def addresses(self) -> list[str]:
         with self._lock:
             return list(self._refs)
+
+    def deepest_mailboxes(self) -> dict[str, int]:
+        """The most messages waiting in one mailbox, per actor kind (``tenant``, ``scheduler``, ...)."""
+        with self._lock:
+            refs = list(self._refs.items())
+        out: dict[str, int] = {}
+        for address, ref in refs:
+            kind = actor_kind(address)
+            inbox = ref.actor_inbox
+            n = inbox.qsize() if hasattr(inbox, "qsize") else len(inbox)  # a thread-per-actor inbox is a queue
+            if n >= out.get(kind, 0):
+                out[kind] = n
+        return out
 
     def tell(self, address: str, message: Any) -> bool:
         ref = self._refs.get(address)

@@ -8,7 +8,9 @@
 
 Whatever the mode, the optional parts come from their sections: the ledger
 (``[ledger] path``; tenant state is restored from it at start), capture
-(``[capture] enabled``).
+(``[capture] enabled``). The ``health`` actor (``HealthPart``) always runs;
+with ``serve``, the metrics tap counts every delivery and the HTTP server
+of ``/metrics``, ``/healthz`` and ``/readyz`` listens on ``[metrics] listen``.
 
 ``build`` returns a ``Running`` whose ``sidecar`` is ready for
 ``withdraw_once()``/``start()`` and whose ``close()`` undoes everything, in
@@ -32,7 +34,7 @@ from chain.model_client import ModelChainClient
 from devnet.demo import PROVIDER_ADDRESS, DemoWorld
 from devnet.model import new_model
 from runtime.clock import Clock
-from runtime.config import Config
+from runtime.config import Config, ConfigError
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
 from sidecar.app import ModelEventFeed, Sidecar
 
@@ -55,8 +57,16 @@ class Running:
     #: where the chain is, for the operator
     endpoint: str = ""
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: the health actor (readiness), the metrics tap and their HTTP server (with ``serve``)
+    health: "HealthPart | None" = None
+    metrics: Any = None
+    server: Any = None
+    #: the embedded devnet (mode devnet)
+    devnet: Any = None
 
     def close(self) -> None:
+        if self.server is not None:
+            self.server.close()  # first: no scrape asks an actor that is stopping
         self.sidecar.stop()
         if self.world is not None:
             self.world.stop()
@@ -118,6 +128,44 @@ class _Chain:
     faults: Faults | None = None
     reads: Any = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: lease events arrive over a websocket (the listener)
+    websocket: bool = False
+    #: the embedded devnet, when it is the chain (tests cut its websocket, cut its blocks)
+    devnet: Any = None
+
+
+class HealthPart:
+    """The ``health`` actor as a part of the sidecar; ``ask`` is what ``/healthz`` and ``/readyz`` call."""
+
+    def __init__(self, sidecar: Sidecar, config: Config, chain: _Chain, ledger: bool) -> None:
+        from actors.health import HealthActor
+        from actors.readiness import Readiness
+        from actors.shell import start_actor
+
+        core = Readiness(
+            config.health.node_check_interval, config.scheduler.max_node_lag,
+            websocket=chain.websocket, ledger=ledger, signer=chain.signer,
+        )
+        self.ref = start_actor(sidecar.router, HealthActor, sidecar.dispatcher, sidecar.router, sidecar.clock, core)
+
+    def ask(self, timeout: float) -> Any:
+        """The readiness report, or None when the actor system did not answer in ``timeout`` seconds."""
+        import pykka
+
+        from messages.health import ReadinessAsked
+
+        try:
+            return self.ref.ask(ReadinessAsked(), timeout=timeout)
+        except (pykka.Timeout, pykka.ActorDeadError):
+            return None
+
+    def close(self) -> None:
+        import pykka
+
+        try:
+            self.ref.stop(block=False)
+        except pykka.ActorDeadError:
+            pass
 
 
 class ListenerPart:
@@ -217,6 +265,8 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
         model,
         world,
         closers=closers,
+        websocket=True,
+        devnet=devnet,
     )
 
 
@@ -233,6 +283,7 @@ def _node_chain(config: Config, clock: Clock) -> _Chain:
         f"signing as {client.address}",
         client.address,
         closers=[client.close],
+        websocket=True,
     )
 
 
@@ -243,11 +294,13 @@ def build(
     manual: bool = False,
     taps: tuple[DeliveryTap, ...] = (),
     demo: bool = True,
+    serve: bool = False,
 ) -> Running:
     """Everything ``config`` asks for, built on ``clock``; nothing runs until ``start()``.
 
     ``manual``: a ``ManualDispatcher`` (tests, replay checks); otherwise two
-    worker threads shared by every actor.
+    worker threads shared by every actor. ``serve``: the metrics and the
+    HTTP server of ``[metrics] listen`` too (unless it is empty).
     """
     mode = config.chain.mode
     if mode == "model":
@@ -269,7 +322,13 @@ def build(
         for close in reversed(closers):
             close()
         raise
-    tap = fan_out(*taps, capture)
+    metrics = None
+    if serve and config.metrics.listen:
+        from monitoring.metrics import SidecarMetrics
+        from runtime.version import sidecar_version
+
+        metrics = SidecarMetrics(config.provider.uuid, getattr(clock, "speed", 1.0), sidecar_version())
+    tap = fan_out(*taps, metrics, capture)
     dispatcher: Dispatcher = ManualDispatcher(clock.now, tap=tap) if manual else ThreadedDispatcher(
         clock.now, workers=2, tap=tap
     )
@@ -277,7 +336,14 @@ def build(
         closers.insert(0, capture.close)
     if not manual:
         closers.insert(0, dispatcher.shutdown)
-    parts: list[Callable[[Sidecar], Any]] = [chain.events]
+    health: list[HealthPart] = []
+
+    def start_health(s: Sidecar) -> HealthPart:
+        health.append(HealthPart(s, config, chain, ledger is not None))
+        return health[0]
+
+    # Health first: what the listener and the ledger writer tell it from their start must find it.
+    parts: list[Callable[[Sidecar], Any]] = [start_health, chain.events]
     restored: list[Any] = []
     lookups: list[Any] = []
     to_read: list[str] = []
@@ -300,10 +366,15 @@ def build(
 
             model = chain.model
             parts.append(lambda s: ModelLedgerFeed(model, s.router, config.provider.uuid, ledger))
+    client = chain.client
+    if config.scheduler.dry_run:
+        from chain.read_only import ReadOnlyClient
+
+        client = ReadOnlyClient(client)
     sidecar = Sidecar(
         clock=clock,
         dispatcher=dispatcher,
-        client=chain.client,
+        client=client,
         settings=config.scheduler,
         provider_uuid=config.provider.uuid,
         billing_tick_interval=billing_tick_interval(config),
@@ -314,20 +385,56 @@ def build(
         extra=parts,
         on_stop=[chain.client.close],
     )
-    return Running(
+    running = Running(
         sidecar, dispatcher, chain.model, chain.world, chain.faults, ledger, capture, len(restored),
-        endpoint=chain.endpoint, closers=closers,
+        endpoint=chain.endpoint, closers=closers, health=health[0], metrics=metrics, devnet=chain.devnet,
     )
+    if metrics is not None:
+        try:
+            _serve(running, config, metrics)
+        except BaseException:
+            running.close()
+            raise
+    return running
+
+
+def _serve(running: Running, config: Config, metrics: Any) -> None:
+    """The runtime's own counts for the metrics, and the HTTP server of ``[metrics] listen``."""
+    from actors.ledger_writer import LedgerWriter
+    from monitoring.server import MonitoringServer
+
+    sidecar = running.sidecar
+    dispatchers = [running.dispatcher] + [p.dispatcher for p in sidecar.parts if isinstance(p, LedgerWriter)]
+
+    def failures() -> dict[str, int]:
+        total: dict[str, int] = {}
+        for d in dispatchers:
+            for kind, n in list(d.failures.items()):
+                total[kind] = total.get(kind, 0) + n
+        return total
+
+    metrics.watch(sidecar.router.deepest_mailboxes, failures, running.capture)
+    health = running.health
+    assert health is not None
+    try:
+        running.server = MonitoringServer(config.metrics.listen, metrics.registry, health.ask)
+    except OSError as exc:
+        raise ConfigError(f"{config.source}: [metrics] listen {config.metrics.listen!r}: cannot listen: {exc}") from None
+
 
 
 def describe(running: Running) -> list[str]:
     out = [f"chain: {running.endpoint}"]
     if running.model is not None:
         out[0] += f", behaving as the {running.model.version.label} chain"
+    if running.sidecar.settings.dry_run:
+        out.append("DRY RUN ([scheduler] dry_run): every read and decision, and no tx sent")
     if running.ledger is not None:
         out.append(f"ledger: {running.ledger.path} ({running.restored} tenant(s) restored)")
     if running.capture is not None:
         out.append(f"capture: {running.capture.settings.directory}/ (replay with: python run.py replay {running.capture.settings.directory})")
+    if running.server is not None:
+        out.append(f"metrics: {running.server.url}/metrics; health: {running.server.url}/healthz, {running.server.url}/readyz")
     if running.world is not None:
         t = running.world.tenants
         out.append(

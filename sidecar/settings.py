@@ -14,6 +14,7 @@ A section left out of this list would be an "unknown section" in a
 
 from __future__ import annotations
 
+import actors.health_settings  # noqa: F401  [health]
 import actors.listener_settings  # noqa: F401  [listener]
 import actors.scheduler_settings  # noqa: F401  [scheduler]
 import capture.settings  # noqa: F401  [capture]
@@ -22,3 +23,5 @@ import chain.settings  # noqa: F401  [provider] [chain]
 import devnet.demo_settings  # noqa: F401  [demo]
 import devnet.settings  # noqa: F401  [devnet]
 import ledger.settings  # noqa: F401  [ledger]
+import logs.settings  # noqa: F401  [log]
+import monitoring.settings  # noqa: F401  [metrics]

@@ -242,3 +242,13 @@ def test_a_path_may_hold_a_hex_folder_name_but_not_be_a_key() -> None:
     assert load_config(overrides={"ledger": {"path": volume}}).ledger.path == volume
     with pytest.raises(ConfigError, match=r"\[node\] key_file: \(a value that looks like a private key"):
         load_config(overrides={"node": {"key_file": HEX_KEY}})
+
+
+def test_with_no_file_the_built_in_defaults_are_the_shipped_config_toml() -> None:
+    """An installed package and the binary carry no config.toml: they must run as the checkout does."""
+    assert load_config(None).effective() == load_config(ROOT / "config.toml").effective()
+
+
+def test_the_deployment_example_loads_and_points_at_a_node() -> None:
+    c = load_config(ROOT / "deploy" / "config.example.toml")
+    assert (c.chain.mode, c.ledger.path, c.log.format) == ("node", "/var/lib/leasewarden/leasewarden.sqlite", "json")

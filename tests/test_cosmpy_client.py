@@ -187,6 +187,30 @@ def test_a_withdraw_reaches_every_lease_through_next_key_or_by_name(world: World
         assert included is not None and included.height == tx.height
 
 
+def test_each_txs_cost_is_the_fee_and_gas_the_node_charged(world: World) -> None:
+    t = world.tenant("t1")
+    lease = world.lease(t)
+    world.clock.advance(30)
+    client = world.client()
+    address = world.devnet.provider_address
+    before = world.node.fee_balance(address)
+
+    page = client.withdraw_by_provider(PROVIDER, b"")
+    closed = client.close_leases([lease], "done")
+
+    charged = before - world.node.fee_balance(address)
+    costs = [page.cost, closed.cost]
+    assert all(c is not None for c in costs)
+    assert sum(c.fee[0].amount for c in costs) == charged > 0  # type: ignore[union-attr]
+    for cost, tx_hash in zip(costs, (page.tx_hash, closed.tx_hashes[0])):
+        included = world.node.get_tx(tx_hash)
+        assert included is not None and cost is not None
+        assert (cost.gas_wanted, cost.gas_used) == (included.gas_wanted, included.gas_used)
+        assert cost.fee[0].denom == "umfx" and cost.sequence_retries == 0
+    # A lookup of the same tx tells the same cost, minus the re-signs only the sender knew of.
+    assert client.withdraw_outcome(page.tx_hash, PROVIDER).cost == page.cost  # type: ignore[union-attr]
+
+
 def test_injected_sequence_mismatch_is_retried_and_lands_once(world: World) -> None:
     t = world.tenant("t1")
     world.lease(t)
@@ -211,6 +235,7 @@ def test_injected_sequence_mismatch_is_retried_and_lands_once(world: World) -> N
     assert all(r.code == 0 for r in world.node.included_txs())
     # The stale sequence was caught by the simulation, before any signing: one tx signed, heard before its broadcast.
     assert signed == [(page.tx_hash, False)]
+    assert page.cost is not None and (page.cost.sequence_retries, page.cost.out_of_gas_retries) == (1, 0)
 
 
 def test_two_writers_with_one_key_collide_and_recover(world: World) -> None:
@@ -259,6 +284,7 @@ def test_out_of_gas_at_inclusion_is_retried_with_more_gas(world: World) -> None:
     ((_, gas_used),) = simulated
     first = int(gas_used * Decimal("1.2"))
     assert [_fee_of(world, r.txhash)[0] for r in world.node.included_txs()] == [first, int(first * Decimal("1.5"))]
+    assert page.cost is not None and (page.cost.sequence_retries, page.cost.out_of_gas_retries) == (0, 1)
     assert page.tx_hash == world.node.included_txs()[-1].txhash
     accrued, paid = world.model.lease_totals(world.model.active_leases_by_provider(PROVIDER)[0].uuid)
     assert accrued == paid and paid["umfx"] > 0

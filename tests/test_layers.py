@@ -1,7 +1,7 @@
 """The layers: no layer imports the one that wires it.
 
-From the bottom up: ``messages/`` and ``runtime/``; ``chain/``, ``ledger/``,
-``devnet/``, ``capture/`` and ``replay/``; ``actors/``; then ``sidecar/``
+From the bottom up: ``messages/`` and ``runtime/``; ``chain/``, ``ledger/``, ``logs/``,
+``devnet/``, ``capture/``, ``monitoring/`` and ``replay/``; ``actors/``; then ``sidecar/``
 (the wiring) and ``run.py``. A lower layer never imports a higher one, so
 each part can be read, tested and reused without the program around it.
 
@@ -24,7 +24,7 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parent.parent
 
 BOTTOM = ("messages", "runtime")
-BELOW_THE_WIRING = (*BOTTOM, "chain", "ledger", "devnet", "capture", "replay", "actors")
+BELOW_THE_WIRING = (*BOTTOM, "chain", "ledger", "devnet", "capture", "logs", "monitoring", "replay", "actors")
 WIRING = "sidecar"
 PROJECT = (*BELOW_THE_WIRING, WIRING)
 

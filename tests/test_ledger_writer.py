@@ -19,7 +19,9 @@ from messages.credit import TenantSnapshot
 from messages.ledger import BillingTickDue, LeasesReconciled, LeaseSettled, TenantStateChanged
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher, ThreadedDispatcher
-from runtime.router import LEDGER, Router
+from messages.health import BooksTicked, LedgerWriteFailed, LedgerWritesResumed, MonthStage
+from runtime.router import HEALTH, LEDGER, Router
+from tests.support import probe
 
 PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 MAR = Month(2026, 3)
@@ -93,6 +95,7 @@ def test_a_database_that_refuses_a_write_for_a_while_loses_no_fact(tmp_path, clo
 
     dispatcher = ManualDispatcher(clock.now)
     router = Router()
+    health = probe(router, dispatcher, HEALTH)
     ledger = open_ledger(tmp_path / "l.sqlite")
     writer = start_ledger_writer(router, clock, ledger, LedgerSettings(), dispatcher=dispatcher)
     real = ledger.record_all
@@ -117,11 +120,16 @@ def test_a_database_that_refuses_a_write_for_a_while_loses_no_fact(tmp_path, clo
     dispatcher.run_until_idle()
     assert writer.actor.held == 0 and ledger.count("settlements") == 1
     assert [s.tenant for s in ledger.tenant_snapshots()] == ["manifest1a", "manifest1b", "manifest1c"]
+    # health heard each refusal with what was held, then the write that went through
+    assert health.received == [
+        LedgerWriteFailed("database is locked", 2), LedgerWriteFailed("database is locked", 3), LedgerWritesResumed(3)
+    ]
 
 
 def test_billing_tick_due_runs_the_tick_at_its_time(tmp_path, clock, caplog):
     dispatcher = ManualDispatcher(clock.now)
     router = Router()
+    health = probe(router, dispatcher, HEALTH)
     ledger = open_ledger(tmp_path / "l.sqlite")
     writer = start_ledger_writer(router, clock, ledger, LedgerSettings(grace_hours=2), dispatcher=dispatcher)
     lease = Lease("l1", "manifest1t", PROVIDER, (LeaseItem("s", 1, Coin("umfx", 5)),), acknowledged_at=utc(2026, 3, 30))
@@ -138,6 +146,11 @@ def test_billing_tick_due_runs_the_tick_at_its_time(tmp_path, clock, caplog):
     texts = [r.getMessage() for r in caplog.records]
     assert "billing month 2026-03: open -> grace" in texts
     assert f"billing month 2026-03: metered: run {row.run_id}" in texts
+    # health heard each tick's month stages: into grace, then metered (awaiting its finalize)
+    assert health.received == [
+        BooksTicked(MAR.end, (MonthStage("2026-03", "grace"),)),
+        BooksTicked(MAR.end + timedelta(hours=2), (MonthStage("2026-03", "metered"),)),
+    ]
 
 
 def test_on_its_own_thread_a_stop_writes_what_it_holds(tmp_path, clock):

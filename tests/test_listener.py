@@ -24,11 +24,12 @@ from chain.ws_query import InvalidProviderUUID
 from devnet.websocket_server import WebsocketServer
 from messages.chain import LeaseItem, NodeStatus
 from messages.coins import Coin
+from messages.health import WebsocketLost, WebsocketSubscribed
 from messages.scheduler import LeaseEventReceived, Reconcile
 from runtime.clock import ManualClock, utc
 from runtime.config import ConfigError, load_config
 from runtime.dispatch import Delivery, PooledActor, ThreadedDispatcher
-from runtime.router import SCHEDULER, Router
+from runtime.router import HEALTH, SCHEDULER, Router
 from tests.support import addr, chain_model, eventually as wait_until
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
@@ -117,10 +118,10 @@ def test_a_bad_provider_uuid_or_url_fails_at_start():
 
 # -- against the devnet websocket ------------------------------------------------------------------
 class Probe(PooledActor):
-    """Stands in for the scheduler: records what it is sent."""
+    """Stands in for the scheduler (or ``health``): records what it is sent."""
 
-    def __init__(self, dispatcher, inbox) -> None:
-        super().__init__(dispatcher, SCHEDULER)
+    def __init__(self, dispatcher, inbox, address: str = SCHEDULER) -> None:
+        super().__init__(dispatcher, address)
         self.inbox = inbox
 
     def on_receive(self, message) -> None:
@@ -162,6 +163,8 @@ class Harness:
         self.router = Router()
         self.inbox = Inbox()
         self.router.add(SCHEDULER, Probe.start(self.dispatcher, self.inbox))
+        self.health = Inbox()
+        self.router.add(HEALTH, Probe.start(self.dispatcher, self.health, HEALTH))
         self.settings = settings
         self.listener = None
 
@@ -212,6 +215,8 @@ def test_lease_events_arrive_at_the_scheduler_after_a_reconcile(harness):
         ("closed", lease.uuid, addr("tenant"), P, "done"),
     ]
     assert events[0].height < events[1].height < events[2].height
+    # each stamped with the clock's time its frame was read (the scheduler's latency is measured from it)
+    assert {m.received_at for m in harness.inbox.messages if isinstance(m, LeaseEventReceived)} == {T0}
     # Captures name the listener as the sender of everything the scheduler got.
     to_scheduler = [d for d in harness.deliveries if d.recipient == SCHEDULER]
     assert len(to_scheduler) == 4 and {d.sender for d in to_scheduler} == {"listener"}
@@ -267,6 +272,11 @@ def test_after_a_drop_it_reconnects_resubscribes_and_reconciles(harness):
     stats = harness.stats()
     assert stats.subscribed_sessions == 2 and stats.disconnects == 1 and stats.dead_peers == 0
     assert stats.connected
+    # health heard each subscribe and the lost session between them, with its reason
+    assert harness.health.wait_for(lambda msgs: len(msgs) >= 3)
+    first, lost, second = harness.health.messages[:3]
+    assert first == second == WebsocketSubscribed(harness.server.url, len(provider_queries(P)))
+    assert isinstance(lost, WebsocketLost) and lost.was_subscribed and lost.reason
 
 
 def test_a_node_restart_is_ridden_out_with_backoff_and_reconciled(harness):

@@ -20,10 +20,10 @@ def run(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProc
 def config(tmp_path: Path, mode: str, extra: str = "") -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
-        f'[chain]\nmode = "{mode}"\n[demo]\nspeed = 1200.0\n[capture]\ndirectory = "{tmp_path / "cap"}"\n'
+        f'[chain]\nmode = "{mode}"\n[demo]\nspeed = 300.0\n[capture]\ndirectory = "{tmp_path / "cap"}"\n'
         # The shipped config's short reservations: the draining tenants run dry within minutes.
         '[devnet]\nmin_lease_duration = "2m"\npending_timeout = "10m"\n'
-        f'[ledger]\npath = "{tmp_path / "books.sqlite"}"\n{extra}'
+        f'[ledger]\npath = "{tmp_path / "books.sqlite"}"\n[metrics]\nlisten = "127.0.0.1:0"\n{extra}'
     )
     return path
 
@@ -37,7 +37,8 @@ def test_the_demo_runs_on_the_model_and_ends_with_a_summary(tmp_path: Path) -> N
     # its leases end (by our withdraw, which the chain answers with an auto-close, or by our close).
     assert "credit gone for" in text and "by the reservation-aware rule (current chain)" in text
     assert "auto_closed (credit_exhausted)" in text or "closed 2 lease(s) of tenant" in text
-    assert "failed credit reads in a row" in text and "nothing closed" in text
+    # the failing tenant's first failed read is a warning; the ones after it are folded
+    assert "WARNING: tenant manifest1" in text and "in a row); nothing closed" in text
     assert "withdraw cycles:" in text and "leases closed by us:" in text
     # the capture of that run replays with no divergence
     replay = run("--config", str(tmp_path / "config.toml"), "replay", str(tmp_path / "cap"), cwd=tmp_path)

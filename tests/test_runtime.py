@@ -115,20 +115,29 @@ def test_deliveries_name_sender_recipient_and_cause() -> None:
     assert (third.sender, third.cause, third.at) == ("clock", first.seq, utc(2026, 2, 1, 0, 1))
 
 
-def test_an_exception_in_a_told_message_stops_only_that_actor() -> None:
+def test_an_exception_in_a_told_message_is_counted_and_the_actor_goes_on() -> None:
     clock = ManualClock()
     d = ManualDispatcher(clock.now)
 
     class Fragile(PooledActor):
-        def on_receive(self, message: Any) -> None:
-            raise RuntimeError("boom")
+        def __init__(self, dispatcher: ManualDispatcher, address: str) -> None:
+            super().__init__(dispatcher, address)
+            self.handled: list[Any] = []
 
-    fragile = Fragile.start(d, "fragile")
-    other = Counter.start(d, "other")
-    fragile.tell("x")
-    other.tell("y")
+        def on_receive(self, message: Any) -> None:
+            if message == "bad":
+                raise RuntimeError("boom")
+            self.handled.append(message)
+
+    fragile = Fragile.start(d, "tenant/manifest1x")
+    fragile.tell("bad")
+    fragile.tell("good")
     d.run_until_idle()
-    assert not fragile.is_alive()
-    assert other.is_alive()
-    with pytest.raises(pykka.ActorDeadError):
-        fragile.tell("again")
+    assert fragile.is_alive()
+    assert fragile.actor_inbox.actor.handled == ["good"]  # type: ignore[attr-defined]
+    assert d.failures == {"tenant": 1}
+    with pytest.raises(RuntimeError, match="boom"):  # an ask still gets the error
+        future = fragile.ask("bad", block=False)
+        d.run_until_idle()
+        future.get(timeout=0)
+    assert d.failures == {"tenant": 2}

@@ -293,3 +293,49 @@ def test_what_a_close_of_our_lease_settled_goes_to_the_books_whoever_closed_it()
     # another provider's close is not ours to book
     theirs = LeaseEvent("closed", "x1", "t1", OTHER, "", 9, "TXB", (Coin("umfx", 5),))
     assert not msgs(core.handle(LeaseEventReceived(theirs), T0), SettlementsRecorded)
+
+
+def test_a_chain_unreachable_at_start_is_retried_with_backoff_not_at_the_next_interval() -> None:
+    from messages.chain import ChainFailure
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    down = ChainFailure("active_leases_by_provider", "UNAVAILABLE: connection refused", transient=True)
+    core.handle(RunCycle(), T0)
+    core.handle(WithdrawFinished(1, 0, (), 0, (), error=ChainFailure("withdraw", "UNAVAILABLE", transient=True)), T0)
+    out = core.handle(ActiveLeasesRead(1, error=down), T0)
+    assert [n.level for n in out if isinstance(n, Note) and n.event == "chain_unreached"] == ["warning"]
+    out = core.handle(StartSchedule(), T0)
+    waits = []
+    now = T0
+    for _ in range(7):
+        (wake,) = msgs(out, Wake)
+        assert wake.message.reason == "retry"
+        waits.append((wake.at - now).total_seconds())
+        now = wake.at
+        out = core.handle(wake.message, now)
+        assert msgs(out, WithdrawRequested)  # the start's withdraw failed: each retry withdraws too
+        out = core.handle(WithdrawFinished(core.cycle.id, 0, (), 0, (), error=down), now)
+        out += core.handle(ActiveLeasesRead(core.cycle.id, error=down), now)
+    assert waits == [1, 2, 4, 8, 16, 30, 30]  # initial_backoff doubling, capped at the re-check interval
+    # the chain answers: the withdraw works, the read too, and the next wake is the interval's again
+    (wake,) = msgs(out, Wake)
+    out = core.handle(wake.message, wake.at)
+    out = core.handle(WithdrawFinished(core.cycle.id, 1, (), 1, ()), wake.at)
+    out += core.handle(ActiveLeasesRead(core.cycle.id, (lease("l1", "manifest1t"),)), wake.at)
+    out += core.handle(TenantChecked(core.cycle.id, "manifest1t"), wake.at)
+    (nxt,) = msgs(out, Wake)
+    assert (nxt.message.reason, nxt.at) == ("interval", wake.at + timedelta(hours=1))
+    assert core.retry_at is None
+
+
+def test_a_read_failing_after_the_chain_once_answered_waits_for_the_tenants_rechecks() -> None:
+    from messages.chain import ChainFailure
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    core.handle(RunCycle(), T0)
+    run_cycle(core, T0, [lease("l1", "manifest1t")])
+    core.handle(Wake("interval", core.wake_token), T0 + timedelta(hours=1))
+    core.handle(WithdrawFinished(core.cycle.id, 0, (), 0, ()), T0 + timedelta(hours=1))
+    out = core.handle(ActiveLeasesRead(core.cycle.id, error=ChainFailure("x", "down", transient=True)), T0 + timedelta(hours=1))
+    assert not [n for n in out if isinstance(n, Note) and n.event == "chain_unreached"] and core.retry_at is None

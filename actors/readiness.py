@@ -1,0 +1,171 @@
+"""Is the sidecar ready: which of its parts work, since when, and why not (``/readyz``).
+
+``Readiness`` is the ``health`` actor's core. Its parts, each ready or not
+since a time, with a line saying why:
+
+- ``chain``: the node answered the last status check (``NodeStatusAnswered``
+  to its own ``NodeStatusCall``, every ``node_check_interval``);
+- ``node``: that answer says the node is synced: not catching up, and its
+  latest block no older than ``max_node_lag``;
+- ``websocket`` (when the sidecar listens to one): subscribed, from the
+  listener's ``WebsocketSubscribed`` to its next ``WebsocketLost``;
+- ``ledger`` (when the sidecar keeps books): writable, from its last
+  ``LedgerWriteFailed`` to the ``LedgerWritesResumed`` after it;
+- ``key`` (when the sidecar signs): loaded at start; a key that cannot be
+  loaded stops the sidecar before it starts, so while it runs it is ready.
+
+Until the first answer the chain and the node are "not checked yet". The
+first answer, and every change after, gets a decision line (a node
+unreachable at start says so at once); one status check at a time is in
+flight (a node slower than the interval is asked again once it answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from actors.effects import Effect, Note, Send
+from messages.chain_actor import NodeStatusAnswered, NodeStatusCall
+from messages.health import (
+    BooksTicked,
+    HealthCheckDue,
+    LedgerWriteFailed,
+    LedgerWritesResumed,
+    WebsocketLost,
+    WebsocketSubscribed,
+)
+from runtime.router import CHAIN_IO, HEALTH
+
+__all__ = ["Readiness", "Part", "ReadinessReport"]
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    ready: bool
+    #: when it last became ready or not ready (None: since the start)
+    since: datetime | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReadinessReport:
+    at: datetime
+    started: datetime | None
+    parts: tuple[Part, ...]
+
+    @property
+    def ready(self) -> bool:
+        return all(p.ready for p in self.parts)
+
+    def lines(self) -> list[str]:
+        """``ready`` or ``not ready``, then one line per part: ``chain: not ready since ...: why``."""
+        out = ["ready" if self.ready else "not ready"]
+        for p in self.parts:
+            since = p.since or self.started
+            when = f" since {_when(since)}" if since is not None else ""
+            out.append(f"{p.name}: {'ready' if p.ready else 'NOT READY'}{when}: {p.detail}")
+        return out
+
+
+class Readiness:
+    def __init__(
+        self,
+        check_interval: timedelta,
+        max_node_lag: timedelta,
+        *,
+        websocket: bool,
+        ledger: bool,
+        signer: str = "",
+    ) -> None:
+        self.check_interval = check_interval
+        self.max_node_lag = max_node_lag
+        parts = [Part("chain", False, None, "not checked yet"), Part("node", False, None, "not checked yet")]
+        if websocket:
+            parts.append(Part("websocket", False, None, "not subscribed yet"))
+        if ledger:
+            parts.append(Part("ledger", True, None, "writable"))
+        if signer:
+            parts.append(Part("key", True, None, f"loaded: signing as {signer}"))
+        self.parts: dict[str, Part] = {p.name: p for p in parts}
+        #: parts not heard of yet: their first state is told, whatever it is
+        self._unchecked = {"chain", "node"}
+        self.started: datetime | None = None
+        self.checks = 0
+        #: the status check not answered yet, if any
+        self.in_flight: int | None = None
+
+    def report(self, now: datetime) -> ReadinessReport:
+        return ReadinessReport(now, self.started, tuple(self.parts.values()))
+
+    def handle(self, message: Any, now: datetime) -> list[Effect]:
+        if self.started is None:
+            self.started = now
+        if isinstance(message, HealthCheckDue):
+            return self._check(now)
+        if isinstance(message, NodeStatusAnswered):
+            return self._answered(message, now)
+        if isinstance(message, WebsocketSubscribed):
+            return self._set("websocket", True, f"subscribed to {message.queries} queries on {message.url}", now)
+        if isinstance(message, WebsocketLost):
+            return self._set("websocket", False, f"reconnecting: {message.reason}", now)
+        if isinstance(message, LedgerWriteFailed):
+            return self._set("ledger", False, f"writes refused ({message.error}); {message.held} fact(s) held", now)
+        if isinstance(message, LedgerWritesResumed):
+            return self._set("ledger", True, f"writable (the {message.written} fact(s) held were written)", now)
+        if isinstance(message, BooksTicked):
+            return []  # the months' stages are for the metrics; a tick that ran means nothing is wrong here
+        raise TypeError(f"health cannot handle {type(message).__name__}")
+
+    def _check(self, now: datetime) -> list[Effect]:
+        out: list[Effect] = [Send(HEALTH, HealthCheckDue(), at=now + self.check_interval)]
+        if self.in_flight is None:
+            self.checks += 1
+            self.in_flight = self.checks
+            out.append(Send(CHAIN_IO, NodeStatusCall(self.checks, reply_to=HEALTH)))
+        return out
+
+    def _answered(self, m: NodeStatusAnswered, now: datetime) -> list[Effect]:
+        if m.round == self.in_flight:
+            self.in_flight = None
+        if m.error is not None:
+            return self._set("chain", False, f"the node does not answer: {m.error.message}", now) + self._set(
+                "node", False, "not known: the node does not answer", now
+            )
+        status = m.status
+        assert status is not None
+        out = self._set("chain", True, f"the node answers (height {status.latest_block_height})", now)
+        lag = now - status.latest_block_time
+        if status.catching_up:
+            return out + self._set("node", False, f"catching up (height {status.latest_block_height})", now)
+        if lag > self.max_node_lag:
+            return out + self._set(
+                "node", False, f"its latest block ({_when(status.latest_block_time)}) is {lag.total_seconds():.0f}s old", now
+            )
+        return out + self._set("node", True, f"synced (height {status.latest_block_height})", now)
+
+    def _set(self, name: str, ready: bool, detail: str, now: datetime) -> list[Effect]:
+        part = self.parts.get(name)
+        if part is None:
+            return []  # a part this sidecar does not have (no ledger, no websocket)
+        first = name in self._unchecked
+        self._unchecked.discard(name)
+        if part.ready == ready:
+            self.parts[name] = replace(part, detail=detail)
+            if not first:
+                return []  # the same, in other words: nothing to tell
+        else:
+            self.parts[name] = Part(name, ready, now, detail)
+        if name in ("websocket", "ledger"):
+            return []  # the listener and the ledger writer log their own troubles
+        state = "ready" if ready else "not ready"
+        return [Note(
+            f"readiness: {name} {state}: {detail}", event=f"{name}_{'ready' if ready else 'not_ready'}",
+            fields=(("part", name), ("ready", ready), ("detail", detail)), level="info" if ready else "warning",
+        )]

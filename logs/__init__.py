@@ -1,0 +1,1 @@
+"""The sidecar's log: ``[log]`` settings, text or JSON lines, and repeats folded."""
