@@ -237,3 +237,33 @@ def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> Non
         h.close()
         writer.close()
         ledger.close()
+
+
+def test_a_pending_lease_that_expires_at_end_of_block_is_heard_and_no_longer_watched() -> None:
+    """lease_expired has no tx: it comes in a NewBlockEvents frame (CHAIN-VERSIONS.md 3)."""
+    from messages.chain import LeaseItem
+    from messages.coins import Coin
+    from messages.scheduler import LeaseEventReceived
+
+    h = Harness(make_world(websocket=True, pending_timeout="60s"))
+    try:
+        t = h.w.tenant("undecided")
+        h.start()
+        item = LeaseItem("sku-1", 1, Coin("umfx", 3))
+        pending = h.w.model.create_lease(t, PROVIDER, [item], acknowledge=False).uuid
+        wait_until(lambda: t in h.core.tenants, timeout=5, what="the lease_created event")
+        for _ in range(16):  # past the pending timeout, a block at a time
+            h.step(5)
+
+        def heard() -> bool:
+            return any(
+                isinstance(d.message, LeaseEventReceived) and d.message.event.kind == "expired"
+                and d.message.event.lease_uuid == pending
+                for d in list(h.deliveries)
+            )
+
+        wait_until(heard, timeout=5, what="the lease_expired event")
+        assert h.w.model.lease(pending).state == "EXPIRED"
+        wait_until(lambda: t not in h.core.tenants, timeout=5, what="the tenant's monitor to retire")
+    finally:
+        h.close()
