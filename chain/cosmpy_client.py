@@ -460,30 +460,27 @@ class CosmpyChainClient:
                 return ()
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
-        op = f"active_leases_by_provider {provider_uuid}"
-
-        def page(key: bytes) -> tuple[list[Lease], bytes]:
-            request = query_pb2.QueryLeasesByProviderRequest(
-                provider_uuid=provider_uuid,
-                pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
-                state_filter=types_pb2.LEASE_STATE_ACTIVE,
-            )
-            r = self._query(op, self._billing.LeasesByProvider, request)
-            return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
-
-        return walk_pages(op, page)
+        return self._active_leases(
+            f"active_leases_by_provider {provider_uuid}", self._billing.LeasesByProvider,
+            lambda page: query_pb2.QueryLeasesByProviderRequest(provider_uuid=provider_uuid, pagination=page,
+                                                                state_filter=types_pb2.LEASE_STATE_ACTIVE),
+        )
 
     def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
         """Every ACTIVE lease of ``tenant``, of every provider: what draws on its credit."""
-        op = f"leases_by_tenant {tenant}"
+        return self._active_leases(
+            f"leases_by_tenant {tenant}", self._billing.LeasesByTenant,
+            lambda page: query_pb2.QueryLeasesByTenantRequest(tenant=tenant, pagination=page,
+                                                              state_filter=types_pb2.LEASE_STATE_ACTIVE),
+        )
+
+    def _active_leases(
+        self, op: str, method: Callable[..., Any], request: Callable[[pagination_pb2.PageRequest], Message]
+    ) -> tuple[Lease, ...]:
+        """A lease listing walked to its end (``chain.listing``: a cut-short walk is walked again)."""
 
         def page(key: bytes) -> tuple[list[Lease], bytes]:
-            request = query_pb2.QueryLeasesByTenantRequest(
-                tenant=tenant,
-                pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
-                state_filter=types_pb2.LEASE_STATE_ACTIVE,
-            )
-            r = self._query(op, self._billing.LeasesByTenant, request)
+            r = self._query(op, method, request(pagination_pb2.PageRequest(key=key, limit=self.page_size)))
             return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
 
         return walk_pages(op, page)
