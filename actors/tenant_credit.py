@@ -278,7 +278,11 @@ class TenantCredit:
         gone = [v for v in verdicts if v.gone]
         self.last_balances, self.last_sample_at = balances, now
         closing: tuple[str, ...] = ()
+        #: a re-check inside a grace window already told: its line is for --log-level debug
+        level = "info"
         if gone:
+            if self.zero_since is not None:
+                level = "debug"
             if self.zero_since is None:
                 self.zero_since = now
             window_end = self.zero_since + s.credit_check_zero_grace_period
@@ -292,6 +296,7 @@ class TenantCredit:
             why = _why(gone)
             if now >= window_end and to_close:
                 closing = tuple(sorted(v.lease_uuid for v in to_close))
+                level = "info"
                 self.closing = self.closing + closing
                 self._closing_cycle = message.cycle
                 self.recheck_at = now + s.credit_check_retry_interval
@@ -345,7 +350,7 @@ class TenantCredit:
                     f"({soonest.detail})"
                 )
         event = "closing_requested" if closing else "credit_gone" if gone else "credit_checked"
-        out.append(Note(text, self.tenant, event=event, fields=self._fields()))
+        out.append(Note(text, self.tenant, event=event, fields=self._fields(), level=level))
         self._verdict(message.cycle, out, text, closing)
 
     def _fields(self) -> tuple[tuple[str, Any], ...]:

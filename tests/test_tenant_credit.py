@@ -97,6 +97,18 @@ def test_zero_balance_closes_only_after_the_whole_grace_window() -> None:
     assert kinds.index(CloseRequested) < kinds.index(TenantChecked)
 
 
+def test_a_grace_window_is_told_when_it_opens_and_when_it_closes_the_rechecks_between_are_debug() -> None:
+    from actors.effects import Note
+
+    def levels(out) -> list[str]:  # type: ignore[no-untyped-def]
+        return [e.level for e in out if isinstance(e, Note)]
+
+    m = monitor()
+    assert levels(read(m, T0, 0)) == ["info"]
+    assert levels(read(m, T0 + timedelta(seconds=30), 0)) == ["debug"]
+    assert levels(read(m, T0 + S.credit_check_zero_grace_period, 0)) == ["info"]  # closing
+
+
 def test_recovery_clears_the_window_and_restarts_the_baseline() -> None:
     m = monitor()
     read(m, T0, 0)
