@@ -88,17 +88,19 @@ def load(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sidecar.runner import build, describe
+    from sidecar.runner import build, describe, sidecar_clock
     from sidecar.summary import RunSummary
 
     from runtime.memory import freeze_startup_objects, tune_gc
 
     tune_gc()
     config = load(args)
-    speed = config.demo.speed if config.chain.mode != "node" else 1.0
-    clock = RealClock(speed=speed)
+    clock, devnet_clock = sidecar_clock(config)
+    speed = clock.speed
     output = start_log(config.log, clock.now, args.log_level)
     log = logging.getLogger("leasewarden")
+    if devnet_clock is not None:
+        log.warning(devnet_clock)
     summary = RunSummary()
     running = build(config, clock, taps=(summary,), serve=True)
     for line in describe(running):
@@ -138,9 +140,24 @@ def cmd_devnet(args: argparse.Namespace) -> int:
     from sidecar.runner import demo_devnet
 
     config = load(args)
-    clock = RealClock(speed=config.demo.speed)
+    clock_file = Path(args.clock_file).resolve() if args.clock_file else None
+    if clock_file is not None:
+        from devnet.embedded import shared_clock
+
+        clock = shared_clock(config, config.demo.speed)
+    else:
+        clock = RealClock(speed=config.demo.speed)
     start_log(config.log, clock.now, args.log_level)
     _, devnet, world = demo_devnet(config, clock)
+    try:
+        if clock_file is not None:
+            from runtime.clock import write_clock_anchor
+
+            assert clock.anchor is not None
+            write_clock_anchor(clock_file, clock.anchor)
+    except OSError as exc:
+        devnet.stop()
+        raise UsageError(f"run.py devnet: --clock-file {str(clock_file)!r}: cannot be written: {exc.strerror or exc}") from None
     world.start()
     version = chain_version(config.devnet.chain_version)
     print(f"devnet up, chain id {devnet.chain_id}, behaving as the {version.label} chain, clock {config.demo.speed:g}x")
@@ -148,11 +165,15 @@ def cmd_devnet(args: argparse.Namespace) -> int:
     print(f"  websocket:         {devnet.websocket_url}")
     print(f"  provider:          {config.provider.uuid} ({devnet.provider_address})")
     print(f"  provider key file: {devnet.provider_key_file}  (deleted when the devnet stops)")
+    if clock_file is not None:
+        print(f"  clock file:        {clock_file}  (deleted when the devnet stops)")
     print("Point a sidecar at it with, in its config.toml:")
     print('  [chain]\n  mode = "node"')
     print(f'  chain_id = "{devnet.chain_id}"')
     print(f'  [node]\n  grpc_url = "{devnet.grpc_url}"\n  websocket_url = "{devnet.websocket_url}"')
     print(f'  key_file = "{devnet.provider_key_file}"')
+    if clock_file is not None:
+        print(f'  devnet_clock = "{clock_file}"  # benchmarks and fault runs only: the sidecar runs on this clock')
     print("Ctrl-C stops it.", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -163,6 +184,8 @@ def cmd_devnet(args: argparse.Namespace) -> int:
         world.stop()
         devnet.stop()
         clock.close()
+        if clock_file is not None:
+            clock_file.unlink(missing_ok=True)
     return 0
 
 
@@ -213,6 +236,9 @@ def parser() -> argparse.ArgumentParser:
                              "newest chain source, or v2.1, tag v2.1.0 (no withdraw cursor, no credit isolation)")
     devnet.add_argument("--log-level", default="warning", choices=LOG_LEVELS,
                         help="detail of the log (default: %(default)s)")
+    devnet.add_argument("--clock-file", default=None, metavar="PATH",
+                        help="for benchmarks and fault runs: write the devnet's clock (its [demo] speed) to PATH, "
+                             "for a sidecar in another process to run on with [node] devnet_clock = PATH")
     devnet.set_defaults(func=cmd_devnet)
 
     check = sub.add_parser("check-config", help="validate the configuration and print what is in force",

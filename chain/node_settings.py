@@ -6,6 +6,12 @@ production client fred computes them: CHAIN-VERSIONS.md 5) and the time
 limits of queries and of waiting for a tx to be included. In devnet mode
 the endpoints and key file are the embedded devnet's and the URLs here are
 ignored; pointing them at a real node is the only change for production.
+
+``devnet_clock`` is for benchmarks and fault runs: a sidecar in a process of
+its own, pointed at an embedded devnet that runs on an accelerated clock,
+runs on that same clock (``runtime.clock.ClockAnchor``) instead of the wall
+clock. Off by default; the wiring refuses it in any mode but ``node`` and
+for a file of another chain id.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
+from runtime.clock import ClockAnchor, read_clock_anchor
 from runtime.config import section, setting
 
 __all__ = ["NodeSettings", "read_tls_ca"]
@@ -106,6 +113,13 @@ class NodeSettings:
     )
     withdraw_limit: int = setting(50, "leases settled per provider-wide MsgWithdraw page", min=1, max=100)
     page_size: int = setting(100, "leases per LeasesByProvider page", min=1, max=1000)
+    devnet_clock: str = setting(
+        "",
+        "for benchmarks and fault runs only: the clock file an embedded devnet on an accelerated clock wrote "
+        "(run.py devnet --clock-file PATH); the sidecar then runs on that devnet's clock, not the wall clock. "
+        "Empty (the default): the wall clock, as against every real node",
+        path=True,
+    )
 
     def validate(self) -> None:
         for name in ("gas_adjustment", "out_of_gas_multiplier"):
@@ -141,3 +155,14 @@ class NodeSettings:
             )
         if self.key_file and self.key_env:
             raise ValueError("key_file and key_env: give one source of the provider key, not both")
+        if self.devnet_clock:
+            self.clock_anchor()
+
+    def clock_anchor(self) -> ClockAnchor | None:
+        """The devnet clock ``devnet_clock`` names (None when it is empty); a ValueError naming the setting."""
+        if not self.devnet_clock:
+            return None
+        try:
+            return read_clock_anchor(self.devnet_clock)
+        except ValueError as exc:
+            raise ValueError(f"devnet_clock: {exc}") from None

@@ -11,6 +11,11 @@ shuts it down and deletes the key.
 
 Seed the demo world (``devnet.demo``) with ``devnet.provider_address`` as
 our provider's address.
+
+``shared_clock`` makes an accelerated clock for a devnet whose sidecar runs
+in another process (benchmarks, fault runs): its ``anchor``, written with
+``runtime.clock.write_clock_anchor``, is what that sidecar's ``[node]
+devnet_clock`` reads, so that both run on the same time.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,9 +35,9 @@ from chain.model import BillingModel
 from devnet.grpc_server import DevnetGrpcServer, GrpcFaults
 from devnet.node import DevnetNode
 from devnet.settings import parse_error_rates
-from runtime.clock import Clock
+from runtime.clock import Clock, ClockAnchor, RealClock
 
-__all__ = ["Devnet", "start_devnet"]
+__all__ = ["Devnet", "start_devnet", "shared_clock"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,19 @@ class Devnet:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def shared_clock(config: Any, speed: float, start: datetime | None = None) -> RealClock:
+    """A clock at ``speed`` from ``start`` (default: now) that a sidecar in another process can share.
+
+    Its ``anchor`` names this devnet's chain id and block time (``[chain]``,
+    ``[devnet]``); the clock is measured on the wall clock from that anchor,
+    as the sidecar's will be.
+    """
+    anchor = ClockAnchor(
+        start or datetime.now(timezone.utc), time.time(), speed, config.chain.chain_id, config.devnet.block_time
+    )
+    return RealClock.anchored(anchor)
 
 
 def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: bool = True) -> Devnet:

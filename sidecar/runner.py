@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Callable
 
 from typing import Any
@@ -33,12 +34,12 @@ from chain.model import BillingModel
 from chain.model_client import ModelChainClient
 from devnet.demo import PROVIDER_ADDRESS, DemoWorld
 from devnet.model import new_model
-from runtime.clock import Clock
+from runtime.clock import Clock, RealClock
 from runtime.config import Config, ConfigError
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
 from sidecar.app import ModelEventFeed, Sidecar
 
-__all__ = ["Running", "build"]
+__all__ = ["Running", "build", "sidecar_clock"]
 
 logger = logging.getLogger(__name__)
 
@@ -241,17 +242,50 @@ def demo_devnet(config: Config, clock: Clock, seed: bool = True) -> tuple[Billin
     return model, devnet, world
 
 
+def _inclusion_poll(config: Config, block_time: timedelta, speed: float) -> float:
+    """Seconds between GetTx polls while a tx waits for its block.
+
+    The client waits for inclusion in real time; on an accelerated clock a
+    block is block_time / speed of real time, so it polls a few times per
+    block rather than every tx_poll_interval (200 ms is a minute of chain
+    time at 300x).
+    """
+    block_real = block_time.total_seconds() / speed
+    return min(config.node.tx_poll_interval.total_seconds(), max(block_real / 4, 0.005))
+
+
+def sidecar_clock(config: Config) -> tuple[RealClock, str | None]:
+    """The clock ``run`` runs on, and, for a devnet's clock, the warning line that says so.
+
+    The embedded chains (model, devnet) run on ``[demo] speed``; a node on
+    the wall clock, unless ``[node] devnet_clock`` names the clock file of an
+    embedded devnet in another process (benchmarks and fault runs): then on
+    that devnet's accelerated clock. That setting is refused in the other
+    modes, and for a file written by a devnet of another chain id, so it
+    cannot put a sidecar on a fast clock against a chain it was not made for.
+    """
+    anchor = config.node.clock_anchor()
+    if anchor is None:
+        return RealClock(speed=config.demo.speed if config.chain.mode != "node" else 1.0), None
+    where = f"{config.source}: [node] devnet_clock {config.node.devnet_clock!r}"
+    if config.chain.mode != "node":
+        raise ConfigError(f"{where}: only for [chain] mode = \"node\" (the embedded chains run on [demo] speed)")
+    if anchor.chain_id != config.chain.chain_id:
+        raise ConfigError(
+            f"{where}: written by a devnet of chain {anchor.chain_id!r}, but [chain] chain_id is "
+            f"{config.chain.chain_id!r}"
+        )
+    return RealClock.anchored(anchor), (
+        f"clock: the devnet's accelerated clock ({anchor.speed:g}x, block time {anchor.block_time.total_seconds():g}s) "
+        f"from {config.node.devnet_clock}: for benchmarks and fault runs only"
+    )
+
+
 def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     model, devnet, world = demo_devnet(config, clock, seed=demo)
     closers: list[Callable[[], None]] = [devnet.stop]
     try:
-        # The client waits for inclusion in real time; on an accelerated clock
-        # a block is block_time / speed of real time, so poll a few times per
-        # block rather than every tx_poll_interval (200 ms is a minute of
-        # chain time at 300x).
-        speed = getattr(clock, "speed", 1.0)
-        block_real = config.devnet.block_time.total_seconds() / speed
-        poll = min(config.node.tx_poll_interval.total_seconds(), max(block_real / 4, 0.005))
+        poll = _inclusion_poll(config, config.devnet.block_time, getattr(clock, "speed", 1.0))
         client = devnet.client(config, tx_poll_interval=poll)
     except BaseException:
         devnet.stop()
@@ -276,6 +310,9 @@ def _node_chain(config: Config, clock: Clock) -> _Chain:
 
     key = load_configured_key(config.node, config.source)
     client = CosmpyChainClient.from_settings(config.node, config.chain.chain_id, key=key)
+    anchor = getattr(clock, "anchor", None)
+    if anchor is not None:  # a devnet's accelerated clock (benchmarks, fault runs: sidecar_clock)
+        client.tx_poll_interval = _inclusion_poll(config, anchor.block_time, anchor.speed)
     return _Chain(
         client,
         lambda s: ListenerPart(s, config.node.websocket_url, config),
