@@ -188,6 +188,14 @@ class CloseRound:
         batch.done = True
         return out + self._maybe_finish(now)
 
+    def abort(self, error: ChainFailure, now: datetime) -> list[Effect]:
+        """End the round where it stands: every lease not yet closed (or found closed) failed with ``error``."""
+        for r in self.requests:
+            for u in r.lease_uuids:
+                if u not in self.closed and u not in self.already_closed:
+                    self.failed.setdefault(u, error)
+        return self._finish(now, retry_at=now + self.settings.credit_check_retry_interval)
+
     def _maybe_finish(self, now: datetime) -> list[Effect]:
         if all(b.done for b in self.batches.values()):
             return self._finish(now)

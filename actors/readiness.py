@@ -123,6 +123,14 @@ class Readiness:
             return []  # the months' stages are for the metrics; a tick that ran means nothing is wrong here
         raise TypeError(f"health cannot handle {type(message).__name__}")
 
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: the status checks go on (their timer is set by the handler that failed)."""
+        if isinstance(message, HealthCheckDue):
+            return [Send(HEALTH, HealthCheckDue(), at=now + self.check_interval)]
+        if isinstance(message, NodeStatusAnswered) and message.round == self.in_flight:
+            self.in_flight = None
+        return []
+
     def _check(self, now: datetime) -> list[Effect]:
         out: list[Effect] = [Send(HEALTH, HealthCheckDue(), at=now + self.check_interval)]
         if self.in_flight is None:

@@ -164,6 +164,34 @@ class SchedulerDecisions:
             raise TypeError(f"SchedulerActor cannot handle {type(message).__name__}")
         return handler(self, message, now)
 
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: keep the cadence alive.
+
+        A tenant's verdict that could not be taken is asked for again soon
+        (an early re-check: what it said, a depletion or a grace window, is
+        lost), and its check cycle does not wait for it. The wake timer is
+        set at the end of a cycle and the cycle's deadline at its start, each
+        by the handler that failed: whichever was lost is set again (a second
+        deadline for a cycle is harmless: the first to fire ends it, the
+        other finds it gone).
+        """
+        if self.stopped:
+            return []
+        if isinstance(message, TenantChecked):
+            entry = self.tenants.get(message.tenant)
+            if entry is not None:
+                retry = now + self.settings.credit_check_retry_interval
+                entry.recheck_at = min(entry.recheck_at or retry, retry)
+            checking = self._current(message.cycle, "checking")
+            if checking is not None and message.tenant in checking.waiting:
+                checking.waiting.discard(message.tenant)
+                if not checking.waiting:
+                    return self._end_check(now)
+        c = self.cycle
+        if c is not None:
+            return [Send(SCHEDULER, CycleDeadline(c.id), at=now + self.settings.cycle_timeout)]
+        return self._plan_wake(now)  # nothing before the start: the start plans the first wake
+
     # -- control ----------------------------------------------------------------
     def _start(self, message: StartSchedule, now: datetime) -> list[Effect]:
         if self.stopped or self.started_at is not None:

@@ -194,6 +194,20 @@ class TenantCredit:
         self._save(out)
         return out
 
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling a read raised: its check cycle still gets a verdict, a failed read's (nothing closed).
+
+        Without it the cycle would wait for this tenant until its deadline.
+        The tenant asks for the early re-check, as after a failed read.
+        """
+        if not isinstance(message, (CreditRead, CreditReadFailed)):
+            return []
+        self.recheck_at = now + self.settings.credit_check_retry_interval
+        text = f"tenant {self.tenant}: its credit read could not be judged (see the log); nothing closed, re-check at {_when(self.recheck_at)}"
+        out: list[Effect] = [Note(text, self.tenant, event="credit_read_unjudged", level="warning")]
+        self._verdict(message.cycle, out, text)
+        return out
+
     def _drop(self, lease_uuids: tuple[str, ...]) -> None:
         self._leases_changed()
         for u in lease_uuids:

@@ -274,6 +274,12 @@ class WithdrawCycle:
             event="withdraw_page_failed", fields=(("page", self.page), ("error", error.message)), level="warning",
         )] + self._finish(error=error)
 
+    def abort(self, error: ChainFailure) -> list[Effect]:
+        """End the cycle where it stands with ``error`` (the chain actor failed on one of its steps)."""
+        if self.done:
+            return []
+        return self._finish(error=error)
+
     def _finish(self, hit_bound: bool = False, error: ChainFailure | None = None) -> list[Effect]:
         self.done = True
         pages = len(self.tx_hashes)
