@@ -169,15 +169,15 @@ class ChainIO(PooledActor):
         reservation, and a partial read must never clear a grace window.
         """
         to = tenant_address(m.tenant)
-        try:
-            account = self.client.credit_account(m.tenant)
-        except Exception as exc:
-            return to, CreditReadFailed(m.cycle, failure_from(exc, "credit_account"))
-        try:
-            leases = self.client.leases_by_tenant(m.tenant)
-        except Exception as exc:
-            return to, CreditReadFailed(m.cycle, failure_from(exc, "leases_by_tenant"))
-        return to, CreditRead(m.cycle, account, leases=leases)
+        account, error = _attempt("credit_account", lambda: self.client.credit_account(m.tenant))
+        if error is not None:
+            return to, CreditReadFailed(m.cycle, error)
+        listing, error = _attempt("leases_by_tenant", lambda: self.client.leases_by_tenant(m.tenant))
+        if error is not None:
+            return to, CreditReadFailed(m.cycle, error)
+        # The read is as old as its older part; a part of unknown height makes it unknown.
+        height = min(account.height, listing.height) if account.height and listing.height else 0
+        return to, CreditRead(m.cycle, account, leases=listing.leases, height=height)
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
@@ -189,7 +189,13 @@ class ChainIO(PooledActor):
 
     def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
         status, error = _attempt("node_status", self.client.node_status)
-        return m.reply_to, NodeStatusAnswered(m.round, status, error)
+        times = []
+        if status is not None:
+            for height in sorted(set(m.heights)):
+                at, _ = _attempt("block_time", lambda: self.client.block_time(height))
+                if at is not None:  # a block the node cannot tell of stays unknown: the core judges that
+                    times.append((height, at))
+        return m.reply_to, NodeStatusAnswered(m.round, status, error, block_times=tuple(times))
 
     def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
