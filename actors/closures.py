@@ -203,12 +203,15 @@ class CloseRound:
             out.append(Send(CHAIN_IO, LeaseCheckCall(self.round, message.batch, message.lease_uuids)))
             return out
         else:
-            assert message.error is not None
+            # No outcome and no error is a failed close too (chain-io says so itself).
+            error = message.error or ChainFailure(
+                "close_leases", "the chain answered no outcome and no error", codespace="protocol", transient=True
+            )
             for u in message.lease_uuids:
-                self.failed[u] = message.error
+                self.failed[u] = error
             batch.done = True
             out.append(Note(
-                f"close batch {message.batch} failed: {message.error.message}",
+                f"close batch {message.batch} failed: {error.message}",
                 event="close_batch_failed", fields=(("leases", len(message.lease_uuids)),), level="warning",
             ))
         return out + self._maybe_finish(now)

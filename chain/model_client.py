@@ -177,7 +177,9 @@ class ModelChainClient:
     ) -> WithdrawPage:
         r, tx = self._write(send)
         # Every withdraw emits events (its SDK message event at least): its tx is known.
-        assert tx is not None, f"{operation}: the model emitted no tx"
+        if tx is None:
+            raise ChainError(f"{operation}: the model applied it but emitted no tx", codespace="protocol",
+                             transient=False, may_have_committed=True)
         tx_hash = tx.tx_hash
         settled = tuple(
             settlements_in_withdraw(tx.tx_hash, tx.time, tx.pairs(), r.total_amounts, provider_uuid=provider_uuid)
@@ -243,7 +245,9 @@ class ModelChainClient:
 
         def send() -> CloseOutcome:
             r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))
-            assert tx is not None, "a close that succeeded emits its lease_closed events"
+            if tx is None:  # a close that succeeded emits its lease_closed events
+                raise ChainError("close_leases: the model applied it but emitted no tx", codespace="protocol",
+                                 transient=False, may_have_committed=True)
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
             _keep(self._closes, tx.tx_hash, outcome)
