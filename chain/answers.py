@@ -16,7 +16,7 @@ in-process model's, and whatever a test puts in their place.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from chain.client import Listing
 from chain.errors import ChainError
@@ -36,6 +36,11 @@ class MalformedAnswer(ChainError):
         # Transient: the next call may well answer properly (a proxy, a node
         # restarting); what a write may have applied is chain-io's to say.
         super().__init__(f"{operation}: malformed answer: {problem}", codespace=PROTOCOL, transient=True)
+
+
+def _first(problems: Iterable[str]) -> str:
+    """The first problem found ("" for none): checks run lazily, stopping there."""
+    return next((p for p in problems if p), "")
 
 
 def _int(value: Any, *, positive: bool = False) -> bool:
@@ -64,11 +69,7 @@ def _strings(what: str, value: Any, *, nonempty: bool = False) -> str:
 def _settlements(value: Any) -> str:
     if not isinstance(value, tuple) or not all(isinstance(s, LeaseSettled) for s in value):
         return "settlements is not a list of lease settlements"
-    for s in value:
-        problem = _coins(f"the settlement of lease {s.lease_uuid}", s.amounts)
-        if problem:
-            return problem
-    return ""
+    return _first(_coins(f"the settlement of lease {s.lease_uuid}", s.amounts) for s in value)
 
 
 def _lease(value: Any) -> str:
@@ -93,11 +94,7 @@ def _lease(value: Any) -> str:
 def _leases(value: Any) -> str:
     if not isinstance(value, tuple):
         return f"a {type(value).__name__}, not a list of leases"
-    for lease in value:
-        problem = _lease(lease)
-        if problem:
-            return problem
-    return ""
+    return _first(_lease(lease) for lease in value)
 
 
 def _listing(value: Any) -> str:
@@ -135,11 +132,8 @@ def _credit_account(value: Any) -> str:
         return f"a {type(value).__name__}, not a credit account"
     if not _int(value.height):
         return f"height is {value.height!r}, not a block height"
-    for name in ("balances", "reserved_amounts", "unattributed_reserved_amounts", "available_balances"):
-        problem = _coins(name, getattr(value, name))
-        if problem:
-            return problem
-    return ""
+    names = ("balances", "reserved_amounts", "unattributed_reserved_amounts", "available_balances")
+    return _first(_coins(name, getattr(value, name)) for name in names)
 
 
 def _node_status(value: Any) -> str:

@@ -29,7 +29,7 @@ from chain.model_client import ModelChainClient
 from ledger.settings import LedgerSettings
 from ledger.store import Ledger
 from messages.coins import Coin
-from messages.chain import WithdrawPage
+from messages.chain import CloseOutcome, WithdrawPage
 from messages.chain_actor import WithdrawPageAnswered
 from messages.credit import CreditRead
 from messages.health import HealthCheckDue
@@ -308,3 +308,23 @@ def test_a_crash_loop_ends_the_run_with_its_exit_status_and_a_last_line_saying_w
     assert "stopped: crash loop: scheduler failed 10 times within 60s (last: RuntimeError: broken scheduler" in last
     assert "so that the service manager restarts the sidecar from its ledger" in last
     assert "Traceback" not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    "operation,answer,problem",
+    [
+        ("node_status", None, "node_status: malformed answer: no answer and no error"),
+        ("close_leases", None, "no answer and no error"),
+        ("credit_account", "nope", "a str, not a credit account"),
+        ("leases_by_tenant", (), "a tuple, not a listing of leases at a height"),
+        ("withdraw", WithdrawPage("AB", (Coin("umfx", 5),), -1, False, b""), "withdrawal_count is -1, not a whole number"),
+        ("close_leases", CloseOutcome(1, ()), "tx_hashes is empty"),
+    ],
+)
+def test_an_answer_that_is_not_what_its_call_answers_is_refused_naming_the_call_and_the_problem(operation, answer, problem):
+    from chain.answers import MalformedAnswer, check_answer
+
+    with pytest.raises(MalformedAnswer, match=problem):
+        check_answer(operation, answer)
+    for fine in (("withdraw_outcome", None), ("close_outcome", None), ("provider_withdrawable", None)):
+        check_answer(*fine)  # "not known yet" / "cannot tell" are answers
