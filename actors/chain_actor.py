@@ -146,6 +146,36 @@ class ChainDecisions:
             return out
         raise TypeError(f"ChainActor cannot handle {type(message).__name__}")
 
+    #: Messages that are steps of the withdraw cycle they name (``cycle``).
+    _WITHDRAW_STEPS = (WithdrawRequested, WithdrawableAnswered, ActiveLeasesRead, WithdrawPageAnswered, RetryWithdrawPage)
+    #: Messages that are steps of the closure round they name (``round``).
+    _ROUND_STEPS = (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)
+
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: end the withdraw cycle or closure round it was a step of.
+
+        Left as it was, the cycle would wait for good for an answer it
+        already had: every later withdraw would be refused as "still
+        running", and the scheduler's cycle would only end at its deadline.
+        Ended, the scheduler hears of it at once (a passing failure: the
+        next cycle withdraws again) and the tenants whose closes were in
+        the round re-check and ask again.
+        """
+        failure = ChainFailure(
+            "chain", f"an internal error handling {type(message).__name__} ended it (see the log)", transient=True
+        )
+        w = self.withdraw
+        if isinstance(message, self._WITHDRAW_STEPS) and w is not None and not w.done and message.cycle == w.cycle:
+            return [Note(
+                f"withdraw cycle {w.cycle} ended: {failure.message}",
+                event="withdraw_cycle_failed", fields=(("cycle", w.cycle),), level="warning",
+            )] + w.abort(failure)
+        if isinstance(message, self._ROUND_STEPS):
+            rnd = self.rounds.pop(message.round, None)
+            if rnd is not None and not rnd.finished:
+                return rnd.abort(failure, now)
+        return []
+
     def _in_cycle(self, cycle: int, step: Callable[[WithdrawCycle], list[Effect]]) -> list[Effect]:
         w = self.withdraw
         if w is None or w.cycle != cycle:

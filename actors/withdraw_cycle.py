@@ -70,6 +70,11 @@ from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 
 __all__ = ["WithdrawCycle", "backoff_delay", "page_to_ledger"]
 
+#: A page answered with neither a result nor an error: it may have been sent.
+_NO_ANSWER = ChainFailure(
+    "withdraw", "the chain answered no page and no error", codespace="protocol", transient=True, may_have_committed=True
+)
+
 
 def backoff_delay(attempt: int, initial: timedelta, cap: timedelta) -> timedelta:
     """Delay before try ``attempt + 1`` after try ``attempt`` failed (1-based): initial x 2^(attempt-1), capped."""
@@ -203,10 +208,11 @@ class WithdrawCycle:
     def answered(self, message: WithdrawPageAnswered, now: datetime) -> list[Effect]:
         if self.done or (message.page, message.attempt) != (self.page, self.attempt):
             return []
-        if message.error is not None:
-            return self._failed(message.error, now)
         page = message.result
-        assert page is not None
+        if message.error is not None or page is None:
+            # No page and no error is a failed call too (chain-io says so
+            # itself; a capture from before it did may not).
+            return self._failed(message.error or _NO_ANSWER, now)
         self.total = add_coins(self.total, page.total_amounts)
         self.withdrawal_count += page.withdrawal_count
         self.tx_hashes.append(page.tx_hash)
@@ -273,6 +279,12 @@ class WithdrawCycle:
             f"{what} failed ({error.message}); {why}; cycle ends",
             event="withdraw_page_failed", fields=(("page", self.page), ("error", error.message)), level="warning",
         )] + self._finish(error=error)
+
+    def abort(self, error: ChainFailure) -> list[Effect]:
+        """End the cycle where it stands with ``error`` (the chain actor failed on one of its steps)."""
+        if self.done:
+            return []
+        return self._finish(error=error)
 
     def _finish(self, hit_bound: bool = False, error: ChainFailure | None = None) -> list[Effect]:
         self.done = True
