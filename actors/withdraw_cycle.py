@@ -10,7 +10,8 @@ does). Then it reaches every active lease one of two ways (CHAIN-VERSIONS.md
   key comes back empty (drained) or ``max_withdraw_iterations`` pages are
   done (reported as hitting the bound, not as an error: the next cycle
   resumes from the start). Every page's ``failed_lease_uuids`` go to the
-  failing leases (``actors.withdraw_failures``): the cursor moved past them.
+  failing leases (``actors.withdraw_failures``): the cursor moved past them;
+  a failing lease that a page or batch settles leaves them.
 - **without it** (v2.1.0, whose provider-wide call restarts at the first
   lease every time, ``has_more`` stuck true): the ACTIVE leases are listed
   and withdrawn by name, at most ``MAX_BATCH_LEASE_SIZE`` a tx, and each
@@ -211,6 +212,8 @@ class WithdrawCycle:
         self.withdrawal_count += page.withdrawal_count
         self.tx_hashes.append(page.tx_hash)
         out = page_to_ledger(self.cycle, self.page, page, now)
+        # A lease this tx settled is failing no more, however the tx reached it.
+        out += self.failing.settled(s.lease_uuid for s in page.settlements)
         if self.phase == "pages":
             if page.failed_lease_uuids:
                 out += self.failing.failed(page.failed_lease_uuids, "its settlement failed in a provider-wide page", now)
