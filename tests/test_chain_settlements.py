@@ -144,7 +144,8 @@ def withdraw_then_close(dispatcher, router, scheduler, clock, close: list[str], 
     (finished,) = [m for m in scheduler.received if isinstance(m, WithdrawFinished)]
     assert finished.error is None and finished.withdrawal_count == 3
     clock.advance(20)  # so that the close settles something of its own
-    router.tell(CHAIN, CloseRequested(1, tenant, tuple(close), "tenant asked"))
+    # Decided on a read at the chain's latest height (one at or past the node's latest is fresh).
+    router.tell(CHAIN, CloseRequested(1, tenant, tuple(close), "tenant asked", read_height=10**9))
     router.tell(CHAIN, FlushClosures(1))
     dispatcher.run_until_idle()
     (flushed,) = [m for m in scheduler.received if isinstance(m, ClosuresFlushed)]
