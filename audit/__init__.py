@@ -4,6 +4,9 @@
 with tenants of every kind, the sidecar and its ledger on a manual clock)
 and watches the chain's own view while it runs; ``audit.report`` compares
 the books with the chain and renders what it found as a table.
+``audit.faults`` is what ``bench/fault_run.py`` judges a fault run by (the
+sidecar in its own process on the devnet, killed and cut off): deadlines
+that skip the stretches nothing may close, the books against the chain.
 
 It sits on top of the wiring, beside ``run.py``, ``tests/`` and ``bench/``,
 which are the only ones to use it: ``tests/test_system_audit.py`` runs it
