@@ -194,8 +194,9 @@ def sidecar_toml(devnet: Devnet, config: Config, clock_file: Path, ledger: Path)
 class Sidecar:
     """``run.py run`` in a process of its own; its stdout and stderr appended to one log file."""
 
-    def __init__(self, conf: Path, log_path: Path, now: Callable[[], datetime]) -> None:
+    def __init__(self, conf: Path, log_path: Path, now: Callable[[], datetime], log_level: str = "info") -> None:
         self.conf = conf
+        self.log_level = log_level
         self.log_path = log_path
         self.now = now
         self.proc: subprocess.Popen[str] | None = None
@@ -213,7 +214,7 @@ class Sidecar:
         self.starts += 1
         self.down.append([down_since, None])
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run.py"), "--config", str(self.conf), "run"],
+            [sys.executable, str(ROOT / "run.py"), "--config", str(self.conf), "run", "--log-level", self.log_level],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=str(ROOT),
         )
         for stream, tag in ((self.proc.stdout, ""), (self.proc.stderr, "stderr: ")):
@@ -330,7 +331,7 @@ def run_version(version: str, args: argparse.Namespace, out: Path) -> Outcome:
     events += [(syncing_from, "syncing on"), (syncing_from + timedelta(hours=1), "syncing off"), (end, "end")]
     events.sort()
 
-    sidecar = Sidecar(conf, log_path, clock.now)
+    sidecar = Sidecar(conf, log_path, clock.now, args.log_level)
     kill_lines: list[str] = []
     cut_clients = 0
     sidecar.start(START)
@@ -476,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speed", type=float, default=330.0,
                    help="simulated seconds per real second (default: %(default)s: three days in 13 minutes)")
     p.add_argument("--block-time", type=float, default=5.0, help="devnet block time, seconds (default: %(default)s)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="the sidecar's log level (default: %(default)s; debug shows every re-check of a grace window)")
     p.add_argument("--quick", action="store_true",
                    help="six hours, 40 tenants, 3 kills, 6 cuts: a minute or two, to try the bench itself")
     p.add_argument("--out", default=None,
