@@ -5,7 +5,8 @@ a cursor key, active leases by provider, credit account, close leases), plus
 what leasewarden adds for the real chain: named withdraws (the only way to
 reach every lease on a chain without the withdraw cursor), a tenant's leases
 of every provider (what the credit rule needs), the chain's
-``CreditEstimate``, single lease reads, tx lookups and the node's sync status. Implementations: ``chain.model_client.ModelChainClient``
+``CreditEstimate``, single lease reads, tx lookups (by hash, and the tx that
+ended a lease, by the node's tx search) and the node's sync status. Implementations: ``chain.model_client.ModelChainClient``
 (in-process billing model) and the cosmpy client over gRPC.
 
 Every method blocks until the chain answers and raises ``ChainError`` on
