@@ -30,6 +30,7 @@ from messages.chain_actor import (
     CloseBatchCall,
     CloseTxAnswered,
     CloseTxCall,
+    CloseTxSigned,
     CreditCall,
     CreditReadsCall,
     LeaseCall,
@@ -231,7 +232,14 @@ class ChainIO(PooledActor):
         return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
-        outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))
+        cause = self._calling.cause
+
+        def signed(tx_hash: str) -> None:
+            # Before the wait for inclusion: the chain actor has the books write the close ahead.
+            with sending_as(CHAIN_IO, cause):
+                self.router.tell(CHAIN, CloseTxSigned(m.round, m.batch, tx_hash))
+
+        outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason, signed=signed))
         return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome, error)
 
 

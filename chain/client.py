@@ -80,8 +80,19 @@ class ChainClient(Protocol):
 
     def credit_account(self, tenant: str) -> CreditAccount: ...
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
-        """Close 1..100 leases in one ``MsgCloseLease``; all or nothing."""
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """Close 1..100 leases in one ``MsgCloseLease``; all or nothing. ``signed`` as for ``withdraw_by_provider``."""
+        ...
+
+    def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
+        """The tx that ended ``lease_uuid`` (``chain.lease_end``: found by the node's tx search, or by
+        ``tx_hash`` when an event named one and that tx did end it), with what it settled on
+        ``provider_uuid``'s leases at its block time; None when the node finds none.
+
+        Raises ``ChainError`` ``chain.errors.NO_TX_INDEX`` when the node keeps no tx index.
+        """
         ...
 
     def credit_estimate(self, tenant: str) -> CreditEstimate: ...

@@ -690,11 +690,15 @@ class CosmpyChainClient:
             ),
         )
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
-        """One ``MsgCloseLease`` of 1..100 leases; the chain closes all or none."""
-        return self.close_lease_batches([lease_uuids], reason)
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """One ``MsgCloseLease`` of 1..100 leases; the chain closes all or none. ``signed`` as for a withdraw."""
+        return self.close_lease_batches([lease_uuids], reason, signed=signed)
 
-    def close_lease_batches(self, batches: Sequence[Sequence[str]], reason: str) -> CloseOutcome:
+    def close_lease_batches(
+        self, batches: Sequence[Sequence[str]], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
         """One tx with a ``MsgCloseLease`` per batch (each 1..100 leases); atomic as a whole."""
         if not batches:
             raise ChainError.billing(INVALID_LEASE, "close_leases: no leases given")
@@ -706,7 +710,7 @@ class CosmpyChainClient:
         msgs = [billing_tx.MsgCloseLease(sender=self.address, lease_uuids=list(b), reason=reason) for b in batches]
         total = sum(len(b) for b in batches)
         op = f"close_leases ({total} leases)"
-        included = self.send_messages(op, msgs)
+        included = self.send_messages(op, msgs, signed=signed)
         closed = 0
         for i in range(len(msgs)):
             r = billing_tx.MsgCloseLeaseResponse()

@@ -234,7 +234,10 @@ class ModelChainClient:
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         return self._call("credit_estimate", tenant, lambda: self.model.credit_estimate(tenant))
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """As the chain's; ``signed`` hears the tx's hash once the model applied it (it knows none before)."""
         if len(lease_uuids) > MAX_BATCH_LEASE_SIZE:
             raise ChainError.billing(INVALID_LEASE, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
 
@@ -244,6 +247,8 @@ class ModelChainClient:
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
             _keep(self._closes, tx.tx_hash, outcome)
+            if signed is not None:
+                signed(tx.tx_hash)
             self._maybe_lose_answer("close_leases", f"({len(lease_uuids)} leases)", tx.tx_hash)
             return outcome
 

@@ -282,6 +282,21 @@ _V6 = (
     "CREATE INDEX settlements_lease_at ON settlements (lease_uuid, at_us)",
 )
 
+_V7 = (
+    # Close txs written ahead (actors/close_lookup.py): signed and awaiting
+    # their answer, or of unknown outcome and being looked up. by_tenant is
+    # JSON [[tenant, [lease uuid, ...]], ...]: whose leases the tx closes,
+    # so that a restart books each tenant's closure as the answer would have.
+    """
+    CREATE TABLE close_lookups (
+        tx_hash TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        by_tenant TEXT NOT NULL,
+        opened_at_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -290,6 +305,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "the chain, provider and signer whose books these are", _V4),
     Migration(5, "the reasons of months finalized before their grace had passed", _V5),
     Migration(6, "leases of a chain that drops the fraction of a second at each settlement", _V6),
+    Migration(7, "close txs written ahead of their broadcast, looked up after a restart", _V7),
 )
 
 #: The version this build writes.

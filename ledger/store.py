@@ -42,6 +42,8 @@ from messages.codec import CodecError, decode, encode
 from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
 from messages.ledger import (
+    CloseLookupClosed,
+    CloseLookupOpened,
     ClosureRecorded,
     LeaseEventRecorded,
     LeaseObserved,
@@ -114,6 +116,8 @@ FACT_TYPES = (
     TenantForgotten,
     WithdrawLookupOpened,
     WithdrawLookupClosed,
+    CloseLookupOpened,
+    CloseLookupClosed,
 )
 
 _UPSERT_LEASE = """
@@ -215,6 +219,8 @@ class Ledger:
             TenantForgotten: self._tenant_forgotten,
             WithdrawLookupOpened: self._lookup_opened,
             WithdrawLookupClosed: self._lookup_closed,
+            CloseLookupOpened: self._close_lookup_opened,
+            CloseLookupClosed: self._close_lookup_closed,
         }
 
     # -- opening ------------------------------------------------------------------
@@ -525,6 +531,16 @@ class Ledger:
     def _lookup_closed(self, fact: WithdrawLookupClosed) -> None:
         self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
 
+    def _close_lookup_opened(self, fact: CloseLookupOpened) -> None:
+        by_tenant = json.dumps([[tenant, list(leases)] for tenant, leases in fact.by_tenant])
+        self.conn.execute(
+            "INSERT OR IGNORE INTO close_lookups (tx_hash, reason, by_tenant, opened_at_us) VALUES (?, ?, ?, ?)",
+            (fact.tx_hash, fact.reason, by_tenant, to_us(fact.at)),
+        )
+
+    def _close_lookup_closed(self, fact: CloseLookupClosed) -> None:
+        self.conn.execute("DELETE FROM close_lookups WHERE tx_hash = ?", (fact.tx_hash,))
+
     # -- reading -------------------------------------------------------------------------
     def first_fact_at(self) -> datetime | None:
         """The earliest instant any billing fact of these books is about (None: no fact yet).
@@ -563,6 +579,21 @@ class Ledger:
                 "SELECT tx_hash, cycle, page, opened_at_us FROM withdraw_lookups ORDER BY opened_at_us, tx_hash"
             ).fetchall()
         return [WithdrawLookupOpened(tx, cycle, page, from_us(at)) for tx, cycle, page, at in rows]
+
+    def close_lookups(self) -> list[CloseLookupOpened]:
+        """The close txs not settled in the books yet, oldest first, to be looked up at start."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT tx_hash, reason, by_tenant, opened_at_us FROM close_lookups ORDER BY opened_at_us, tx_hash"
+            ).fetchall()
+        out = []
+        for tx, reason, by_tenant, at in rows:
+            try:
+                grouped = tuple((str(t), tuple(str(u) for u in leases)) for t, leases in json.loads(by_tenant))
+            except (ValueError, TypeError) as exc:
+                raise LedgerError(f"{self.path}: close_lookups of tx {tx}: cannot be read: {exc}") from None
+            out.append(CloseLookupOpened(tx, reason, grouped, from_us(at)))
+        return out
 
     def tenant_snapshots(self) -> list[TenantSnapshot]:
         """Every persisted tenant state, to restore the tenant actors at start."""

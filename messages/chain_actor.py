@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
 from messages.coins import Coin
-from messages.ledger import WithdrawLookupOpened
+from messages.ledger import CloseLookupOpened, WithdrawLookupOpened
 
 __all__ = [
     "WithdrawRequested",
@@ -30,6 +30,8 @@ __all__ = [
     "WithdrawLookupsRestored",
     "CloseTxCall",
     "CloseTxAnswered",
+    "CloseTxSigned",
+    "CloseLookupsRestored",
     "ActiveLeasesCall",
     "LeaseCall",
     "CreditCall",
@@ -180,6 +182,29 @@ class CloseTxAnswered:
     attempt: int
     result: CloseOutcome | None = None
     error: ChainFailure | None = None
+
+
+@message("close_tx_signed")
+@dataclass(frozen=True, slots=True)
+class CloseTxSigned:
+    """chain-io, during a ``CloseBatchCall``: the batch's tx is signed, with this hash, and goes out now.
+
+    As ``WithdrawTxSigned``: the books hold the hash while the client waits
+    for inclusion, so a sidecar that dies then books the close at its next
+    start (``actors.close_lookup``).
+    """
+
+    round: int
+    batch: int
+    tx_hash: str
+
+
+@message("close_lookups_restored")
+@dataclass(frozen=True, slots=True)
+class CloseLookupsRestored:
+    """At start: the close txs a previous run left unsettled (from the ledger)."""
+
+    lookups: tuple[CloseLookupOpened, ...]
 
 
 @message("withdraw_lookups_restored")

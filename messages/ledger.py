@@ -165,3 +165,29 @@ class WithdrawLookupClosed:
 
 
 __all__ += ["WithdrawLookupOpened", "WithdrawLookupClosed"]
+
+
+@message("close_lookup_opened")
+@dataclass(frozen=True, slots=True)
+class CloseLookupOpened:
+    """A close tx whose outcome is not in the books yet: signed and awaiting its answer, or of
+    unknown outcome and being looked up. Kept across restarts (``actors.close_lookup``): a
+    sidecar that starts with one open looks the tx up, and books what it closed and settled."""
+
+    tx_hash: str
+    reason: str
+    #: (tenant, its leases in the tx), as the close round grouped them
+    by_tenant: tuple[tuple[str, tuple[str, ...]], ...]
+    at: datetime
+
+
+@message("close_lookup_closed")
+@dataclass(frozen=True, slots=True)
+class CloseLookupClosed:
+    """``tx_hash``'s outcome is settled: booked from its answer or its lookup, refused before
+    inclusion, included and failed, or given up."""
+
+    tx_hash: str
+
+
+__all__ += ["CloseLookupOpened", "CloseLookupClosed"]

@@ -12,7 +12,7 @@ Its registry holds, under ``leasewarden_``:
 - credit: ``credit_reads_total{outcome}``, ``last_credit_check_timestamp_seconds``,
   ``tenants_watched``, ``leases_watched``, ``tenants_failing_reads``;
 - closures: ``leases_closed_total{reason}``, ``leases_found_closed_total``,
-  ``lease_closes_failed_total``;
+  ``lease_closes_failed_total``, ``close_txs_signed_total``;
 - events: ``websocket_connected``, ``websocket_reconnects_total``,
   ``websocket_failed_attempts_total``, ``lease_events_total{kind,provider}``,
   ``lease_event_latency_seconds`` (from the listener reading the frame to
@@ -50,6 +50,7 @@ from messages.chain_actor import (
     WithdrawPageAnswered,
     WithdrawTxAnswered,
     WithdrawTxSigned,
+    CloseTxSigned,
 )
 from messages.credit import CreditRead, CreditReadFailed, LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.health import BooksTicked, LedgerWriteFailed, LedgerWritesResumed, WebsocketLost, WebsocketSubscribed
@@ -168,6 +169,7 @@ class SidecarMetrics:
         self.closed = counter("leases_closed", "Leases closed by us, by closure reason (looked_up: a close of unknown outcome found applied)", ("reason",))
         self.found_closed = counter("leases_found_closed", "Leases found already closed on chain when we meant to close them")
         self.close_failed = counter("lease_closes_failed", "Leases whose close failed (tried again at the next check)")
+        self.close_txs = counter("close_txs_signed", "Close txs signed, each written ahead into the books before its broadcast")
         self.ws_connected = gauge("websocket_connected", "1 while the websocket has every subscription acknowledged, else 0")
         self.ws_reconnects = counter("websocket_reconnects", "Websocket sessions subscribed after the first")
         self.ws_failed = counter("websocket_failed_attempts", "Websocket connects that never got every subscription acknowledged")
@@ -202,6 +204,7 @@ class SidecarMetrics:
         self._handlers: dict[type, Callable[[Delivery, Any], None]] = {
             WithdrawPageAnswered: self._page,
             WithdrawTxSigned: lambda d, m: self.withdraw_txs.inc(),
+            CloseTxSigned: lambda d, m: self.close_txs.inc(),
             WithdrawTxAnswered: self._lookup,
             WithdrawFinished: self._cycle,
             CreditRead: self._read,

@@ -176,11 +176,11 @@ def test_a_close_batch_with_an_already_closed_lease_still_closes_the_rest(h: Har
     original = h.client.close_leases
     first_closed: list[str] = []
 
-    def tenant_beats_us(lease_uuids, reason):  # type: ignore[no-untyped-def]
+    def tenant_beats_us(lease_uuids, reason, signed=None):  # type: ignore[no-untyped-def]
         if not first_closed:
             first_closed.append(lease_uuids[0])
             w.model.close_leases(addr("pair"), [lease_uuids[0]], "tenant left")
-        return original(lease_uuids, reason)
+        return original(lease_uuids, reason, signed=signed)
 
     h.client.close_leases = tenant_beats_us  # type: ignore[method-assign]
     first, second = sorted(h.credit_used_up_elsewhere("pair", ours=2))

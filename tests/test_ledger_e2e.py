@@ -30,7 +30,7 @@ from ledger.settings import LedgerSettings
 from ledger.statements import tenant_totals
 from ledger.store import Ledger
 from messages.chain import LeaseItem, WithdrawPage
-from messages.coins import Coin
+from messages.coins import Coin, parse_coins
 from runtime.clock import ManualClock, utc
 from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
@@ -86,6 +86,15 @@ class RecordingClient(ModelChainClient):
         if self.vanish:
             raise _Vanished()
         return page
+
+    #: The next close is applied (and signed) but its call never answers (with ``VanishingWrites``).
+    vanish_close = False
+
+    def close_leases(self, lease_uuids, reason, signed=None):  # type: ignore[no-untyped-def]
+        outcome = super().close_leases(lease_uuids, reason, signed=signed)
+        if self.vanish_close:
+            raise _Vanished()
+        return outcome
 
 
 class Chain:
@@ -171,6 +180,7 @@ class Life:
             billing_tick_interval=LEDGER_SETTINGS.tick_interval,
             restored=self.ledger.tenant_snapshots(),
             restored_lookups=self.ledger.withdraw_lookups(),
+            restored_close_lookups=self.ledger.close_lookups(),
             leases_to_read=self.ledger.leases_to_read(),
             writes=self.writes,
             extra=parts,
@@ -538,3 +548,51 @@ def test_the_leases_to_read_at_start_are_asked_for_once_the_ledger_writer_is_the
              settings=SCHEDULER, provider_uuid=PROVIDER, leases_to_read=("l1",),
              extra=[lambda s: order.append("the ledger writer")])
     assert order.index("the ledger writer") < order.index("LeasesToRead")
+
+
+def test_killed_during_a_close_round_the_restarted_sidecar_books_every_close_and_its_settlement_once(tmp_path):
+    """The close tx was broadcast and applied; the process died before its answer: written ahead, it is booked at the next start."""
+    chain = Chain(utc(2026, 3, 31, 12))
+    m = chain.model
+    closing_txs: list[TxEvents] = []
+    m.subscribe(lambda tx: closing_txs.append(tx) if any(e.type == "lease_closed" for e in tx.events) else None)
+    poor = [addr(f"poor{i}") for i in range(3)]
+    ours: list[str] = []
+    for i, tenant in enumerate(poor):
+        # Used up in about an hour, mostly by another provider's lease nobody settles: our
+        # monitors' zero-balance grace window closes ours (the chain never auto-closes them).
+        m.fund_credit(tenant, [Coin("umfx", (5 * (i + 1) + 1000) * 3600)])  # all dry at the same second
+        ours += [chain.lease(tenant, [item(5)]) for _ in range(i + 1)]
+        chain.lease(tenant, [item(1000)], provider=OTHER)
+    path = tmp_path / "ledger.sqlite"
+    first = Life(chain, path, writes=VanishingWrites(), ledger_feed=False)
+    first.client.vanish_close = True
+    first.run_until(utc(2026, 3, 31, 16), stop=lambda: bool(closing_txs))
+    [tx] = closing_txs
+    assert all(m.lease(u).state == "CLOSED" for u in ours)  # on chain: all six in one tx
+    [written] = first.ledger.close_lookups()  # the books hold the tx, written ahead
+    assert written.tx_hash == tx.tx_hash and {t for t, _ in written.by_tenant} == set(poor)
+    first.kill()
+    chain.clock.advance(30)
+
+    second = Life(chain, path, ledger_feed=False)
+    second.run_until(chain.clock.now() + timedelta(minutes=5))
+    assert second.ledger.close_lookups() == []
+    chain_settled = {
+        (e.get("lease_uuid"), c.denom): c.amount
+        for e in tx.events if e.type == "lease_closed"
+        for c in parse_coins(e.get("settled_amounts"))
+    }
+    with second.ledger.read() as conn:
+        booked = conn.execute(
+            "SELECT lease_uuid, denom, amount, at_us FROM settlements WHERE tx_hash = ? ORDER BY lease_uuid", (tx.tx_hash,)
+        ).fetchall()
+        closures = conn.execute("SELECT tenant, lease_uuids, tx_hashes, at_us FROM closures ORDER BY tenant").fetchall()
+    assert {(u, d): int(a) for u, d, a, _ in booked} == chain_settled and len(booked) == len(ours)  # each once
+    assert {at for *_, at in booked} == {to_us(tx.time)}  # at the tx's block time
+    assert sorted((t, sorted(json.loads(u))) for t, u, _, _ in closures) == sorted(
+        (t, sorted(u for u in ours if m.lease(u).tenant == t)) for t in poor
+    )
+    assert all(json.loads(h) == [tx.tx_hash] and at == to_us(tx.time) for _, _, h, at in closures)
+    for u in ours:
+        assert second.ledger.lease(u)["closed_at_us"] == to_us(m.lease(u).closed_at)

@@ -127,6 +127,22 @@ def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_clos
     assert lg.withdraw_lookups() == []
 
 
+def test_a_version_6_ledger_gains_the_close_lookups_and_keeps_each_until_closed(tmp_path):
+    from messages.ledger import CloseLookupClosed, CloseLookupOpened
+
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:6]).close()  # as the build before write-ahead closes
+    lg = Ledger.open(path, PROVIDER)
+    opened = CloseLookupOpened("CD34", "credit depleted", (("t1", ("l1", "l2")), ("t2", ("l3",))), T)
+    lg.record_all([opened, opened])  # twice (a replayed capture): one entry
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)  # a restart reads it back whole
+    assert lg.close_lookups() == [opened]
+    lg.record(CloseLookupClosed("CD34"))
+    assert lg.close_lookups() == []
+    lg.close()
+
+
 def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_path):
     path = tmp_path / "ledger.sqlite"
     Ledger.open(path, PROVIDER).close()
