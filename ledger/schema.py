@@ -297,6 +297,26 @@ _V7 = (
     """,
 )
 
+_V8 = (
+    # What the books cannot yet say of a lease (messages.ledger.LeaseIssue):
+    # a lease that cannot be read, a close found after the fact whose tx the
+    # node cannot find or search, a settlement refused. period is YYYY-MM of
+    # the instant it is about, for run.py periods; since_us is when it was
+    # first seen (a repeat updates detail and updated_us only).
+    """
+    CREATE TABLE lease_issues (
+        lease_uuid TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('unread', 'close_not_found', 'no_tx_index', 'settlement_refused')),
+        tenant TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        since_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        PRIMARY KEY (lease_uuid, kind)
+    ) WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -306,6 +326,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "the reasons of months finalized before their grace had passed", _V5),
     Migration(6, "leases of a chain that drops the fraction of a second at each settlement", _V6),
     Migration(7, "close txs written ahead of their broadcast, looked up after a restart", _V7),
+    Migration(8, "what the books cannot yet say of a lease: unread, its close not found or not searchable", _V8),
 )
 
 #: The version this build writes.

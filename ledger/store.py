@@ -14,8 +14,13 @@ and WAL mode lets readers go on while one writes.
 Times of a lease come from several sources of different quality, and the
 best one wins whatever order they arrive in (``Precision``): a statement must
 match the chain's accrual to the second, so the chain's own
-``acknowledged_at``/``closed_at`` always overwrite the times at which an
-event or a closure was recorded, and never the reverse.
+``acknowledged_at``/``closed_at`` always overwrite the times at which a
+closure was recorded (or, in older ledgers, an event), and never the
+reverse. A read that finds the lease ACTIVE after an end it was only
+guessed to have (missing from a listing, or, in older ledgers, an event's)
+reopens it: only the chain's own ``closed_at``, or our own close tx's
+answer, ends a lease for good.
+Lease events are hints (``_event``): nothing of the books comes from one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
 from pathlib import Path
@@ -42,6 +48,8 @@ from messages.codec import CodecError, decode, encode
 from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
 from messages.ledger import (
+    LeaseIssue,
+    LeaseIssueResolved,
     CloseLookupClosed,
     CloseLookupOpened,
     ClosureRecorded,
@@ -58,7 +66,7 @@ from messages.ledger import (
     WithdrawLookupOpened,
 )
 
-__all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES"]
+__all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES", "Issue"]
 
 #: How long a write waits for another process's write to finish before it
 #: fails. Metering a month commits in batches well under a second each, so a
@@ -87,6 +95,19 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+@dataclass(frozen=True)
+class Issue:
+    """One lease the books cannot yet say everything of (``messages.ledger.LeaseIssue``)."""
+
+    lease_uuid: str
+    kind: str
+    tenant: str
+    period: str
+    detail: str
+    since: datetime
+    updated: datetime
+
+
 class Precision(IntEnum):
     """How good a lease's start or end time is. A better one overwrites a worse one."""
 
@@ -97,6 +118,8 @@ class Precision(IntEnum):
     #: When the chain actor saw our MsgCloseLease included.
     CLOSURE = 2
     #: When the listener recorded the lease event (seconds after the block).
+    #: Only ledgers of older builds hold these: an event is a hint now, and
+    #: books nothing (``Ledger._event``).
     EVENT = 3
     #: The chain's own Lease.acknowledged_at / closed_at.
     CHAIN = 4
@@ -118,6 +141,8 @@ FACT_TYPES = (
     WithdrawLookupClosed,
     CloseLookupOpened,
     CloseLookupClosed,
+    LeaseIssue,
+    LeaseIssueResolved,
 )
 
 _UPSERT_LEASE = """
@@ -137,15 +162,15 @@ ON CONFLICT (uuid) DO UPDATE SET
                        THEN excluded.active_from_rank ELSE leases.active_from_rank END,
     closed_at_us = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_us
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN NULL
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN NULL
         ELSE leases.closed_at_us END,
     closure_reason = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closure_reason
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN ''
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN ''
         ELSE leases.closure_reason END,
     closed_at_rank = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_rank
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN 0
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN 0
         ELSE leases.closed_at_rank END,
     updated_us = MAX(leases.updated_us, excluded.updated_us)
 """
@@ -160,16 +185,6 @@ ON CONFLICT (uuid) DO UPDATE SET
     closed_at_rank = MAX(leases.closed_at_rank, :rank),
     updated_us = MAX(leases.updated_us, :at)
 """
-
-_ACKNOWLEDGE_LEASE = """
-INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us)
-VALUES (:uuid, :tenant, :provider, :at, :rank, :at, :at)
-ON CONFLICT (uuid) DO UPDATE SET
-    active_from_us = CASE WHEN leases.active_from_rank < :rank THEN :at ELSE leases.active_from_us END,
-    active_from_rank = MAX(leases.active_from_rank, :rank),
-    updated_us = MAX(leases.updated_us, :at)
-"""
-
 
 def _items_json(lease: Lease) -> str:
     return json.dumps(
@@ -221,6 +236,8 @@ class Ledger:
             WithdrawLookupClosed: self._lookup_closed,
             CloseLookupOpened: self._close_lookup_opened,
             CloseLookupClosed: self._close_lookup_closed,
+            LeaseIssue: self._issue,
+            LeaseIssueResolved: self._issue_resolved,
         }
 
     # -- opening ------------------------------------------------------------------
@@ -393,6 +410,8 @@ class Ledger:
     def _lease_observed(self, fact: LeaseObserved) -> None:
         if fact.lease.provider_uuid == self.provider_uuid:
             self._upsert(to_us(fact.at), fact.lease, reopen=True)
+        # Read at last: whatever kept it from being read is over.
+        self.conn.execute("DELETE FROM lease_issues WHERE lease_uuid = ? AND kind = 'unread'", (fact.lease.uuid,))
 
     def _upsert(self, at: int, lease: Lease, reopen: bool) -> None:
         active_from = to_us(lease.acknowledged_at) if lease.acknowledged_at is not None else None
@@ -419,32 +438,19 @@ class Ledger:
         )
 
     def _event(self, fact: LeaseEventRecorded) -> None:
+        """A lease event, kept as what the websocket said: a hint, never a fact of the books.
+
+        Nothing of it reaches ``leases`` or ``settlements``: a lease's times
+        and price come from its read (``LeaseObserved``), what it settled from
+        the tx that settled it. (The scheduler no longer sends these; a
+        capture or a tool of an older build may.)
+        """
         ev: LeaseEvent = fact.event
-        at = to_us(fact.at)
-        cur = self.conn.execute(
+        self.conn.execute(
             "INSERT OR IGNORE INTO lease_events (kind, lease_uuid, tenant, provider_uuid, reason, height, at_us) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid, ev.reason, ev.height, at),
+            (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid, ev.reason, ev.height, to_us(fact.at)),
         )
-        if cur.rowcount == 0 or ev.provider_uuid != self.provider_uuid:
-            return  # seen before (changes nothing), or another provider's lease
-        params = {
-            "uuid": ev.lease_uuid,
-            "tenant": ev.tenant,
-            "provider": ev.provider_uuid,
-            "at": at,
-            "rank": int(Precision.EVENT),
-        }
-        if ev.kind == "created":
-            self.conn.execute(
-                "INSERT OR IGNORE INTO leases (uuid, tenant, provider_uuid, first_seen_us, updated_us) "
-                "VALUES (:uuid, :tenant, :provider, :at, :at)",
-                params,
-            )
-        elif ev.kind == "acknowledged":
-            self.conn.execute(_ACKNOWLEDGE_LEASE, params)
-        else:  # closed, expired, auto_closed
-            self.conn.execute(_CLOSE_LEASE, {**params, "reason": ev.reason or ev.kind})
 
     def _closure(self, fact: ClosureRecorded) -> None:
         key = hashlib.sha256(
@@ -540,6 +546,23 @@ class Ledger:
 
     def _close_lookup_closed(self, fact: CloseLookupClosed) -> None:
         self.conn.execute("DELETE FROM close_lookups WHERE tx_hash = ?", (fact.tx_hash,))
+
+    def _issue(self, fact: LeaseIssue) -> None:
+        tenant = fact.tenant
+        if not tenant:
+            row = self.conn.execute("SELECT tenant FROM leases WHERE uuid = ?", (fact.lease_uuid,)).fetchone()
+            tenant = row[0] if row else ""
+        at = to_us(fact.at)
+        self.conn.execute(
+            "INSERT INTO lease_issues (lease_uuid, kind, tenant, period, detail, since_us, updated_us) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (lease_uuid, kind) DO UPDATE SET "
+            "detail = excluded.detail, updated_us = MAX(lease_issues.updated_us, excluded.updated_us), "
+            "tenant = CASE WHEN excluded.tenant != '' THEN excluded.tenant ELSE lease_issues.tenant END",
+            (fact.lease_uuid, fact.kind, tenant, str(Month.of(fact.at)), fact.detail[:1000], at, at),
+        )
+
+    def _issue_resolved(self, fact: LeaseIssueResolved) -> None:
+        self.conn.execute("DELETE FROM lease_issues WHERE lease_uuid = ? AND kind = ?", (fact.lease_uuid, fact.kind))
 
     # -- reading -------------------------------------------------------------------------
     def first_fact_at(self) -> datetime | None:
@@ -640,7 +663,25 @@ class Ledger:
                 "ORDER BY priced, uuid LIMIT ?",
                 (self.provider_uuid, int(Precision.CHAIN), limit),
             ).fetchall()
-        return [r[0] for r in rows]
+            # Leases whose read failed before the books had a row of them at all.
+            unread = self.conn.execute(
+                "SELECT lease_uuid FROM lease_issues WHERE kind = 'unread' ORDER BY lease_uuid LIMIT ?", (limit,)
+            ).fetchall()
+        out = [r[0] for r in rows]
+        seen = set(out)
+        out += [r[0] for r in unread if r[0] not in seen]
+        return out[:limit]
+
+    def lease_issues(self, period: str | None = None) -> list[Issue]:
+        """What the books cannot yet say of some leases (of ``period``, YYYY-MM, or all), by period then lease."""
+        where, args = ("WHERE period = ?", (period,)) if period else ("", ())
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT lease_uuid, kind, tenant, period, detail, since_us, updated_us FROM lease_issues "
+                f"{where} ORDER BY period, lease_uuid, kind",
+                args,
+            ).fetchall()
+        return [Issue(u, k, t, p, d, from_us(s), from_us(up)) for u, k, t, p, d, s, up in rows]
 
     def lease(self, uuid: str) -> dict[str, Any] | None:
         """One lease row as a dict (for inspection and tests)."""

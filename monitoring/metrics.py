@@ -13,6 +13,7 @@ Its registry holds, under ``leasewarden_``:
   ``tenants_watched``, ``leases_watched``, ``tenants_failing_reads``;
 - closures: ``leases_closed_total{reason}``, ``leases_found_closed_total``,
   ``lease_closes_failed_total``, ``close_txs_signed_total``;
+- reads: ``leases_unread`` (a lease whose read keeps failing, retried);
 - events: ``websocket_connected``, ``websocket_reconnects_total``,
   ``websocket_failed_attempts_total``, ``lease_events_total{kind,provider}``,
   ``lease_event_latency_seconds`` (from the listener reading the frame to
@@ -54,7 +55,7 @@ from messages.chain_actor import (
 )
 from messages.credit import CreditRead, CreditReadFailed, LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.health import BooksTicked, LedgerWriteFailed, LedgerWritesResumed, WebsocketLost, WebsocketSubscribed
-from messages.scheduler import ClosuresFlushed, LeaseEventReceived, WithdrawFinished
+from messages.scheduler import ClosuresFlushed, LeaseEventReceived, LeaseRead, WithdrawFinished
 from messages.tx_cost import TxCost
 from runtime.dispatch import Delivery, actor_kind
 
@@ -173,6 +174,9 @@ class SidecarMetrics:
         self.ws_connected = gauge("websocket_connected", "1 while the websocket has every subscription acknowledged, else 0")
         self.ws_reconnects = counter("websocket_reconnects", "Websocket sessions subscribed after the first")
         self.ws_failed = counter("websocket_failed_attempts", "Websocket connects that never got every subscription acknowledged")
+        self._unread: set[str] = set()
+        gauge("leases_unread", "Leases whose last read from the chain failed, read again with backoff "
+              "(only their own billing waits for them)").set_function(lambda: len(self._unread))
         self.lease_events = counter("lease_events", "Lease events received, by kind, ours or another provider's", ("kind", "provider"))
         self.event_latency = Histogram(
             "lease_event_latency_seconds", "Real seconds from the listener reading an event's frame to the scheduler taking it",
@@ -220,6 +224,7 @@ class SidecarMetrics:
             WebsocketSubscribed: self._subscribed,
             WebsocketLost: self._lost,
             LeaseEventReceived: self._event,
+            LeaseRead: self._lease_read,
             NodeStatusAnswered: self._node,
             LedgerWriteFailed: self._ledger_failed,
             LedgerWritesResumed: lambda d, m: self.ledger_held.set(0),
@@ -333,6 +338,12 @@ class SidecarMetrics:
         if m.received_at is not None:
             waited = (d.at - m.received_at).total_seconds() / self.clock_speed
             self.event_latency.observe(max(waited, 0.0))
+
+    def _lease_read(self, d: Delivery, m: LeaseRead) -> None:
+        if m.lease is None:
+            self._unread.add(m.lease_uuid)
+        else:
+            self._unread.discard(m.lease_uuid)
 
     # -- node, books ------------------------------------------------------------------------
     def _node(self, d: Delivery, m: NodeStatusAnswered) -> None:

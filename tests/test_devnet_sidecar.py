@@ -209,6 +209,7 @@ def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> Non
     assert w.model.lease(ours).closure_reason == w.config.scheduler.closure_reason
 
 
+@pytest.mark.xfail(strict=True, reason="an event is a hint now; what the close settled is booked from its tx (next commit)")
 def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from actors.ledger_writer import start_ledger_writer
     from ledger.store import Ledger

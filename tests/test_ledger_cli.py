@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from ledger.cli import add_commands, main
-from ledger.periods import Month
+from ledger.periods import Month, to_us
 from ledger.runs import Periods
 from ledger.store import Ledger
 from messages.chain import Lease, LeaseItem
 from messages.coins import Coin
-from messages.lease_events import LeaseEvent
-from messages.ledger import LeaseEventRecorded, LeasesReconciled, LeaseSettled
+from messages.ledger import LeasesReconciled, LeaseSettled
 from runtime.clock import utc
 from runtime.config import load_config
 
@@ -78,10 +77,20 @@ def test_tick_moves_then_meters_and_prints_a_table(capsys, config, books):
     assert march["month"] == "2026-03" and march["run_id"] and not march["finalized"] and march["error"] == ""
 
 
-def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
+def _unpriced(books) -> None:  # type: ignore[no-untyped-def]
+    """A lease active from March 9 whose price the books never learned (an older build's row from its event)."""
     lg = Ledger.open(books, PROVIDER)
-    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
+    with lg.transaction() as c:
+        c.execute(
+            "INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us) "
+            "VALUES ('unpriced', ?, ?, ?, 3, 0, 0)",
+            (ALICE, PROVIDER, to_us(utc(2026, 3, 9))),
+        )
     lg.close()
+
+
+def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
+    _unpriced(books)
     run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
     code, out, err = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z")
     assert code == 1
@@ -90,9 +99,7 @@ def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
 
 
 def test_tick_in_its_own_process_exits_non_zero_when_a_month_failed(config, books):
-    lg = Ledger.open(books, PROVIDER)
-    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
-    lg.close()
+    _unpriced(books)
     cmd = [sys.executable, str(REPO / "run.py"), "--config", str(config), "tick"]
     first = subprocess.run([*cmd, "--now", "2026-04-01T00:30:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledger.periods import from_us
+from ledger.periods import from_us, to_us
 from ledger.schema import MIGRATIONS, SCHEMA_VERSION, Migration, NewerSchemaError, NotALedgerError, current_version
 from ledger.store import Ledger, LedgerError, Precision
 from messages.chain import Lease, LeaseItem
@@ -219,12 +219,19 @@ def test_the_chains_own_times_win_over_event_arrival_times_in_any_order(ledger, 
     assert (row["active_from_rank"], row["closed_at_rank"]) == (Precision.CHAIN, Precision.CHAIN)
 
 
-def test_an_event_time_beats_our_closure_record_but_not_the_reverse(ledger):
+def test_a_lease_event_is_kept_as_a_hint_and_books_nothing(ledger):
     ledger.record(LeasesObserved(T - timedelta(days=1), (lease("l1", ack=T - timedelta(days=1)),)))
-    closed_seen = T + timedelta(seconds=1)
-    ledger.record(LeaseEventRecorded(closed_seen, event("closed", "l1", "credit depleted")))
+    before = ledger.lease("l1")
+    ledger.record(LeaseEventRecorded(T + timedelta(seconds=1), event("closed", "l1", "credit depleted")))
+    ledger.record(LeaseEventRecorded(T, event("acknowledged", "l9")))  # one the books never read
+    assert ledger.lease("l1") == before and ledger.lease("l9") is None
+    assert ledger.count("lease_events") == 2
+    # Our own closure, from its tx's answer, is a fact; the chain's own close beats it.
     ledger.record(ClosureRecorded(T + timedelta(seconds=9), TENANT, ("l1",), "credit depleted", ("TX",)))
-    assert times(ledger, "l1")[1] == closed_seen
+    assert times(ledger, "l1")[1] == T + timedelta(seconds=9)
+    exact = T + timedelta(seconds=5, microseconds=3)
+    ledger.record(LeaseObserved(T + timedelta(minutes=1), lease("l1", state="CLOSED", closed_at=exact, reason="credit depleted")))
+    assert times(ledger, "l1")[1] == exact
 
 
 def test_leases_observed_says_nothing_about_other_leases(ledger):
@@ -244,22 +251,38 @@ def test_a_reconcile_never_closes_a_lease_missing_from_it_the_leases_own_read_do
     assert times(ledger, "l2") == (T, exact, "tenant left")
 
 
-def test_a_stale_listing_never_reopens_a_closed_lease(ledger):
-    ledger.record(LeasesReconciled(T, (lease("l1"),)))
-    ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed it
+def _older_builds_event_close(ledger, uuid: str, at) -> None:  # type: ignore[no-untyped-def]
+    """A lease closed at an event's time, as builds before events were hints booked it (rank EVENT)."""
+    with ledger.transaction() as c:
+        c.execute("UPDATE leases SET closed_at_us = ?, closed_at_rank = ?, closure_reason = 'bye' WHERE uuid = ?",
+                  (to_us(at), int(Precision.EVENT), uuid))
+
+
+def test_a_stale_listing_never_reopens_our_own_close_but_a_read_reopens_what_the_chain_did_not_close(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
+    ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed them
     assert times(ledger, "l1")[1] is None
-    # A stale read (taken before an event-recorded close) never reopens.
-    ledger.record(LeaseEventRecorded(T + timedelta(hours=3), event("closed", "l1", "bye")))
-    ledger.record(LeasesReconciled(T + timedelta(hours=4), (lease("l1"),)))
+    # Our close, from its tx's answer: a listing taken before it never reopens it.
+    ledger.record(ClosureRecorded(T + timedelta(hours=3), TENANT, ("l1",), "credit depleted", ("TX",)))
+    ledger.record(LeasesReconciled(T + timedelta(hours=2), (lease("l1"),)))
     assert times(ledger, "l1")[1] == T + timedelta(hours=3)
+    # A close an older build took from a (maybe forged) event: the chain still says ACTIVE, so it is not closed.
+    _older_builds_event_close(ledger, "l2", T + timedelta(hours=3))
+    ledger.record(LeaseObserved(T + timedelta(hours=4), lease("l2")))
+    assert times(ledger, "l2")[1] is None
 
 
 def test_the_leases_to_read_are_the_unpriced_and_those_closed_at_a_time_the_chain_did_not_give(ledger):
     ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
-    ledger.record(LeaseEventRecorded(T + timedelta(minutes=5), event("acknowledged", "short")))  # no price yet
-    ledger.record(LeaseEventRecorded(T + timedelta(minutes=9), event("expired", "pending")))  # never active
+    with ledger.transaction() as c:  # an older build's rows from events: no price yet
+        for uuid, ack in (("short", T + timedelta(minutes=5)), ("pending", None)):
+            c.execute(
+                "INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us) "
+                "VALUES (?, ?, ?, ?, ?, 0, 0)",
+                (uuid, TENANT, PROVIDER, to_us(ack) if ack else None, int(Precision.EVENT) if ack else 0),
+            )
     ledger.record(LeasesReconciled(T + timedelta(hours=1), (lease("l1"),)))  # l2 is read by the scheduler
-    ledger.record(LeaseEventRecorded(T + timedelta(hours=2), event("closed", "l2")))  # closed, when the event came
+    ledger.record(ClosureRecorded(T + timedelta(hours=2), TENANT, ("l2",), "bye", ("TX",)))  # closed, at our tx's time
     assert ledger.leases_to_read() == ["pending", "short", "l2"]  # unpriced first
     expired = Lease("pending", TENANT, PROVIDER, (LeaseItem("sku-1", 1, Coin("umfx", 3)),), state="EXPIRED")
     ledger.record(LeaseObserved(T + timedelta(hours=1), expired))  # the chain gives it no closed_at
@@ -302,3 +325,19 @@ def test_tenant_snapshots_survive_a_reopen_and_forgetting_drops_them(tmp_path):
     lg = Ledger.open(path, PROVIDER)
     assert lg.tenant_snapshots() == [newer_a, b]
     lg.close()
+
+
+def test_what_the_books_lack_of_a_lease_is_kept_until_it_is_resolved(ledger):
+    from messages.ledger import LeaseIssue, LeaseIssueResolved
+
+    ledger.record(LeaseIssue(T, "l1", "unread", "1 failed read(s)", TENANT))
+    ledger.record(LeaseIssue(T + timedelta(minutes=5), "l1", "unread", "2 failed read(s)"))  # a repeat: one row
+    ledger.record(LeaseIssue(T + timedelta(days=40), "l2", "close_not_found", "no tx"))
+    [unread] = ledger.lease_issues("2026-03")
+    assert (unread.lease_uuid, unread.tenant, unread.detail, unread.since, unread.updated) == (
+        "l1", TENANT, "2 failed read(s)", T, T + timedelta(minutes=5))
+    assert [i.period for i in ledger.lease_issues()] == ["2026-03", "2026-04"]
+    assert ledger.leases_to_read() == ["l1"]  # read again at the next start
+    ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l1")))  # read at last
+    ledger.record(LeaseIssueResolved("l2", "close_not_found"))
+    assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
