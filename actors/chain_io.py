@@ -28,6 +28,8 @@ from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
     CloseBatchCall,
+    CloseSearchAnswered,
+    CloseSearchCall,
     CloseTxAnswered,
     CloseTxCall,
     CloseTxSigned,
@@ -111,6 +113,7 @@ class ChainIO(PooledActor):
             WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
             CloseTxCall: (reads, self._close_tx),
+            CloseSearchCall: (reads, self._close_search),
         }
 
     def on_receive(self, message: Any) -> None:
@@ -230,6 +233,12 @@ class ChainIO(PooledActor):
     def _close_tx(self, m: CloseTxCall) -> tuple[str, Any]:
         outcome, error = _attempt("close_outcome", lambda: self.client.close_outcome(m.tx_hash, m.lease_uuids))
         return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
+
+    def _close_search(self, m: CloseSearchCall) -> tuple[str, Any]:
+        outcome, error = _attempt(
+            "lease_end_tx", lambda: self.client.lease_end_tx(m.lease_uuid, self.provider_uuid, m.tx_hash)
+        )
+        return SCHEDULER, CloseSearchAnswered(m.lease_uuid, m.tenant, m.closed_at, m.attempt, outcome, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
         cause = self._calling.cause

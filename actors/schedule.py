@@ -35,13 +35,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
+from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
 from actors.lease_reads import LeaseReads
 from actors.scheduler_settings import SchedulerSettings
 from messages.chain import Lease
-from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, LeaseCall, WithdrawRequested
+from messages.chain_actor import (
+    ActiveLeasesCall,
+    CloseSearchAnswered,
+    CreditReadsCall,
+    FlushClosures,
+    LeaseCall,
+    WithdrawRequested,
+)
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
+from messages.lease_events import ENDING_KINDS
 from messages.ledger import BillingTickDue, LeasesReconciled
 from messages.scheduler import (
     ActiveLeasesRead,
@@ -145,6 +154,8 @@ class SchedulerDecisions:
         self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
         #: leases to be read from the chain for the books (``actors.lease_reads``)
         self.lease_reads = LeaseReads()
+        #: leases found ended by a read: the tx that ended each is found and booked (``actors.close_search``)
+        self.close_searches = CloseSearches()
         #: other providers' leases auto-closed without a tenant named, read to learn whose they were
         self._exhausted_elsewhere: set[str] = set()
         #: an active-lease read has succeeded since the start: the chain has answered
@@ -432,6 +443,9 @@ class SchedulerDecisions:
         gone = set(message.closed) | set(message.already_closed)
         if gone:
             out += self._drop_leases(gone)
+        # Ours were booked from their tx's answer; another's close (the tenant's) is read, and found.
+        self.close_searches.booked_by_us(message.closed)
+        out += self.lease_reads.ask(message.already_closed)
         if self._current(message.cycle, "closing") is None:
             return out
         if message.closed or message.already_closed or message.failed:
@@ -528,10 +542,13 @@ class SchedulerDecisions:
         chain's record, never from a frame's attributes: a forged but
         well-formed frame (a close of an ACTIVE lease, a settlement of
         -1,000,000 or 10^26) changes nothing until a read confirms it
-        (``_lease_read``).
+        (``_lease_read``). The tx an ending event names is kept, a hint
+        for finding what that tx settled (``actors.close_search``).
         """
         ev = message.event
         if ev.provider_uuid == self.provider_uuid:
+            if ev.kind in ENDING_KINDS and ev.tx_hash:
+                self.close_searches.hint(ev.lease_uuid, ev.tx_hash)
             return self.lease_reads.ask((ev.lease_uuid,))
         if ev.credit_exhausted:
             if not ev.tenant:
@@ -575,7 +592,13 @@ class SchedulerDecisions:
         out = self.lease_reads.answered(message, now)
         if stale:
             return out
+        lease = message.lease
+        if lease is not None and lease.provider_uuid == self.provider_uuid:
+            out += self.close_searches.ended(lease)  # its closing tx, for what it settled
         return self._ended_by_read(message, now) + self._opened_by_read(message) + out
+
+    def _close_searched(self, message: CloseSearchAnswered, now: datetime) -> list[Effect]:
+        return self.close_searches.answered(message, now)
 
     def _opened_by_read(self, message: LeaseRead) -> list[Effect]:
         """A lease of ours the chain says is PENDING or ACTIVE, not watched yet: its tenant's monitor gets it."""
@@ -649,4 +672,5 @@ class SchedulerDecisions:
         LeaseEventReceived: _lease_event,
         LeaseRead: _lease_read,
         LeasesToRead: _leases_to_read,
+        CloseSearchAnswered: _close_searched,
     }

@@ -10,6 +10,7 @@ makes a run replayable without a chain.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import message
@@ -32,6 +33,8 @@ __all__ = [
     "CloseTxAnswered",
     "CloseTxSigned",
     "CloseLookupsRestored",
+    "CloseSearchCall",
+    "CloseSearchAnswered",
     "ActiveLeasesCall",
     "LeaseCall",
     "CreditCall",
@@ -205,6 +208,35 @@ class CloseLookupsRestored:
     """At start: the close txs a previous run left unsettled (from the ledger)."""
 
     lookups: tuple[CloseLookupOpened, ...]
+
+
+@message("close_search_call")
+@dataclass(frozen=True, slots=True)
+class CloseSearchCall:
+    """Find the tx that ended our lease ``lease_uuid`` (``ChainClient.lease_end_tx``); answered to the scheduler.
+
+    ``tx_hash``: the tx an event named, a hint tried first. ``tenant`` and
+    ``closed_at`` (the lease's read) come back on the answer, for the books.
+    """
+
+    lease_uuid: str
+    tenant: str
+    closed_at: datetime | None
+    tx_hash: str = ""
+    attempt: int = 1
+
+
+@message("close_search_answered")
+@dataclass(frozen=True, slots=True)
+class CloseSearchAnswered:
+    """``outcome``: the tx found and what it settled; neither it nor ``error``: the node found no such tx."""
+
+    lease_uuid: str
+    tenant: str
+    closed_at: datetime | None
+    attempt: int
+    outcome: CloseOutcome | None = None
+    error: ChainFailure | None = None
 
 
 @message("withdraw_lookups_restored")

@@ -215,8 +215,7 @@ def test_a_syncing_node_closes_nothing_until_it_has_caught_up(h: Harness) -> Non
     assert w.model.lease(ours).closure_reason == w.config.scheduler.closure_reason
 
 
-@pytest.mark.xfail(strict=True, reason="an event is a hint now; what the close settled is booked from its tx (next commit)")
-def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenants_own_close_heard_by_the_websocket_is_booked_from_the_tx_it_names(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from actors.ledger_writer import start_ledger_writer
     from ledger.store import Ledger
 
@@ -229,7 +228,7 @@ def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> Non
         lease = world.lease(t, price=3)
         h.start()
         world.clock.advance(timedelta(seconds=100))
-        result = world.model.close_leases(t, [lease], "tenant left")  # not through us: only the event tells
+        result = world.model.close_leases(t, [lease], "tenant left")  # not through us: the event tells, its tx says
         settled = {c.denom: c.amount for c in result.total_settled_amounts}
 
         def booked() -> dict[str, int]:  # the writer commits when its mailbox runs dry
@@ -244,3 +243,121 @@ def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> Non
         h.close()
         writer.close()
         ledger.close()
+
+
+class BookedHarness(Harness):
+    """The sidecar with its books on ``path``, restored from them as a restart restores it; the world outlives it."""
+
+    def __init__(self, world: World, path) -> None:  # type: ignore[no-untyped-def]
+        from actors.ledger_writer import start_ledger_writer
+        from ledger.store import Ledger
+
+        self.w = world
+        self.ledger = Ledger.open(path, PROVIDER, synchronous="normal")
+        self.deliveries = []
+        self.dispatcher = ThreadedDispatcher(world.clock.now, workers=2, tap=self.deliveries.append)
+        self.client = world.client()
+        config = world.config
+        ledger = self.ledger
+        self.sidecar = Sidecar(
+            clock=world.clock,
+            dispatcher=self.dispatcher,
+            client=self.client,
+            settings=config.scheduler,
+            provider_uuid=PROVIDER,
+            restored=ledger.tenant_snapshots(),
+            restored_lookups=ledger.withdraw_lookups(),
+            restored_close_lookups=ledger.close_lookups(),
+            leases_to_read=ledger.leases_to_read(),
+            extra=[
+                lambda s: start_ledger_writer(s.router, world.clock, ledger, config.ledger),
+                lambda s: ListenerPart(s, world.devnet.websocket_url, _with_listener(config)),
+            ],
+            on_stop=[self.client.close],
+        )
+        self.core = self.sidecar.scheduler_core
+
+    def booked(self, lease: str) -> list[tuple[str, int, int]]:
+        """(denom, amount, at_us) of each close settlement of ``lease`` in the books."""
+        with self.ledger.read() as conn:
+            rows = conn.execute(
+                "SELECT denom, amount, at_us FROM settlements WHERE lease_uuid = ? AND kind = 'close'", (lease,)
+            ).fetchall()
+        return [(d, int(a), at) for d, a, at in rows]
+
+    def close(self) -> None:
+        self.sidecar.stop()
+        self.dispatcher.shutdown()
+        self.ledger.close()
+
+
+@pytest.mark.parametrize("tx_index", ["kv", "hash_only"])
+def test_closes_by_a_tenant_while_the_sidecar_was_down_are_booked_at_their_block_time(tmp_path, tx_index) -> None:  # type: ignore[no-untyped-def]
+    from ledger.periods import to_us
+
+    world = make_world(websocket=True)
+    path = tmp_path / "books.sqlite"
+    try:
+        t = world.tenant("leaving")
+        a, b = world.lease(t, price=3), world.lease(t, price=5)
+        stays = world.tenant("stays")
+        c = world.lease(stays, price=2)
+        first = BookedHarness(world, path)
+        first.start()
+        first.step(60)
+        first.close()  # down: nobody hears what follows
+        world.clock.advance(timedelta(seconds=100))
+        settled = {}
+        for lease in (a, b):
+            before = world.model.lease_totals(lease)[1].get("umfx", 0)
+            world.model.close_leases(t, [lease], "moving out")
+            settled[lease] = world.model.lease_totals(lease)[1]["umfx"] - before
+            world.clock.advance(timedelta(seconds=7))
+        world.node.set_tx_index(tx_index)
+
+        second = BookedHarness(world, path)  # the restart, on the same books
+        try:
+            second.start()
+            closed_at = {u: to_us(world.model.lease(u).closed_at) for u in (a, b)}
+            if tx_index == "kv":
+                wait_until(lambda: all(second.booked(u) == [("umfx", settled[u], closed_at[u])] for u in (a, b)),
+                           timeout=10, what="the tenant's closes in the books")
+                assert all(settled.values()) and second.ledger.lease_issues() == []
+            else:
+                # The node's index leaves the billing events out: the books say so, per lease, in its month.
+                wait_until(lambda: len(second.ledger.lease_issues()) == 2, timeout=10, what="the issues")
+                assert {(i.lease_uuid, i.kind, i.period, i.tenant) for i in second.ledger.lease_issues()} == {
+                    (a, "close_not_found", "2026-03", t), (b, "close_not_found", "2026-03", t)}
+                assert second.booked(a) == second.booked(b) == []
+            for u in (a, b):  # billed to the chain's own close, heard or not
+                wait_until(lambda u=u: second.ledger.lease(u)["closed_at_us"] == closed_at[u], timeout=10, what="closed_at")
+            assert world.model.lease(c).state == "ACTIVE" and second.ledger.lease(c)["closed_at_us"] is None
+        finally:
+            second.close()
+    finally:
+        world.close()
+
+
+def test_a_close_during_a_websocket_gap_is_booked_from_its_tx_and_billed_to_the_chains_close(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ledger.periods import to_us
+
+    world = make_world(websocket=True)
+    h = BookedHarness(world, tmp_path / "books.sqlite")
+    try:
+        t = world.tenant("gap")
+        lease = world.lease(t, price=4)
+        h.start()
+        before = h.reconciles()
+        world.devnet.websocket_server.freeze_all()  # nothing is pushed to the listener from here on
+        world.clock.advance(timedelta(seconds=90))
+        paid = world.model.lease_totals(lease)[1].get("umfx", 0)
+        world.model.close_leases(t, [lease], "tenant left")
+        settled = world.model.lease_totals(lease)[1]["umfx"] - paid
+        world.devnet.websocket_server.drop_all()
+        wait_until(lambda: h.reconciles() > before, timeout=10, what="a reconnect")
+        closed_at = to_us(world.model.lease(lease).closed_at)
+        wait_until(lambda: h.booked(lease) == [("umfx", settled, closed_at)], timeout=10, what="the close in the books")
+        wait_until(lambda: h.ledger.lease(lease)["closed_at_us"] == closed_at, timeout=10, what="the chain's close time")
+    finally:
+        h.close()
+        world.close()

@@ -89,8 +89,12 @@ class RecordingClient(ModelChainClient):
 
     #: The next close is applied (and signed) but its call never answers (with ``VanishingWrites``).
     vanish_close = False
+    #: Called just before a vanishing close goes out (the process dies: it hears none of its events).
+    before_vanish: Callable[[], None] | None = None
 
     def close_leases(self, lease_uuids, reason, signed=None):  # type: ignore[no-untyped-def]
+        if self.vanish_close and self.before_vanish is not None:
+            self.before_vanish()
         outcome = super().close_leases(lease_uuids, reason, signed=signed)
         if self.vanish_close:
             raise _Vanished()
@@ -360,10 +364,9 @@ def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
     assert sum(int(json.loads(a).get("umfx", "0")) for _, a in rows) == sum(
         c.amount for p in pages for c in p.total_amounts if c.denom == "umfx"
     )
-    # Every settlement the chain made on our leases while a sidecar was up is in the
-    # ledger exactly once. What the tenant's own close settled while none was up is
-    # only in that transaction's events (no reconcile reads it back): it shows in the
-    # statement as a difference, never as an accrual error.
+    # Every settlement the chain made on our leases is in the ledger exactly once, the
+    # tenant's own close while no sidecar was up included: read as ended at the restart,
+    # its closing tx was found with the node's tx search and booked at its block time.
     settled = dict(
         ledger.conn.execute(
             "SELECT lease_uuid, SUM(CAST(amount AS INTEGER)) FROM settlements GROUP BY lease_uuid"
@@ -371,8 +374,11 @@ def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
     )
     paid = {u: p["umfx"] for u, p in chain.totals(1).items() if p.get("umfx")}
     assert crash.settled_while_down > 0
-    paid[crash.l2] -= crash.settled_while_down
     assert settled == paid
+    (at,) = ledger.conn.execute(
+        "SELECT at_us FROM settlements WHERE lease_uuid = ? AND kind = 'close'", (crash.l2,)
+    ).fetchone()
+    assert at == to_us(crash.l2_closed_at) and ledger.lease_issues() == []
 
     # The poor tenant's lease was closed by us once, and recorded once.
     assert chain.model.lease(crash.l3).state == "CLOSED"
@@ -569,12 +575,16 @@ def test_killed_during_a_close_round_the_restarted_sidecar_books_every_close_and
     path = tmp_path / "ledger.sqlite"
     first = Life(chain, path, writes=VanishingWrites(), ledger_feed=False)
     first.client.vanish_close = True
+    # Killed after the broadcast, before the answer and the block's events: what the
+    # process still does is what the signing set in motion (the books' write-ahead).
+    first.client.before_vanish = first.kill
     first.run_until(utc(2026, 3, 31, 16), stop=lambda: bool(closing_txs))
     [tx] = closing_txs
     assert all(m.lease(u).state == "CLOSED" for u in ours)  # on chain: all six in one tx
     [written] = first.ledger.close_lookups()  # the books hold the tx, written ahead
     assert written.tx_hash == tx.tx_hash and {t for t, _ in written.by_tenant} == set(poor)
-    first.kill()
+    # The answer never came, nor its events: nothing of the close is in the books but its tx's hash.
+    assert first.ledger.conn.execute("SELECT COUNT(*) FROM settlements WHERE kind = 'close'").fetchone()[0] == 0
     chain.clock.advance(30)
 
     second = Life(chain, path, ledger_feed=False)
