@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -43,6 +44,7 @@ import sqlite_utils
 from ledger.periods import Month, from_us, iso, to_us
 from ledger.identity import LedgerIdentity, check_identity
 from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
+from ledger.settlement_bounds import refusal
 from messages.chain import Lease
 from messages.codec import CodecError, decode, encode
 from messages.credit import TenantSnapshot
@@ -67,6 +69,8 @@ from messages.ledger import (
 )
 
 __all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES", "Issue"]
+
+logger = logging.getLogger(__name__)
 
 #: How long a write waits for another process's write to finish before it
 #: fails. Metering a month commits in batches well under a second each, so a
@@ -494,15 +498,34 @@ class Ledger:
             tenant = row[0] if row else ""
         at = to_us(fact.at)
         period = str(Month.of(fact.at))
+        rate, since = self._settlement_bound(fact.lease_uuid, fact.tx_hash, at)
+        rows = []
+        for c in fact.amounts:
+            why = refusal(c.amount, c.denom, rate, since, at)
+            if why:
+                detail = f"tx {fact.tx_hash}: {why}: not booked"
+                logger.warning("lease %s: settlement refused: %s", fact.lease_uuid, detail)
+                self._issue(LeaseIssue(fact.at, fact.lease_uuid, "settlement_refused", detail, tenant))
+            elif c.amount:
+                rows.append((fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period))
         self.conn.executemany(
             "INSERT OR IGNORE INTO settlements (tx_hash, lease_uuid, denom, amount, kind, tenant, at_us, period) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period)
-                for c in fact.amounts
-                if c.amount
-            ),
+            rows,
         )
+
+    def _settlement_bound(self, lease_uuid: str, tx_hash: str, at: int) -> tuple[dict[str, int] | None, int | None]:
+        """(the lease's rate, its previous settlement or start) for ``settlement_bounds``; None where unknown."""
+        row = self.conn.execute(
+            "SELECT items, priced, active_from_us FROM leases WHERE uuid = ?", (lease_uuid,)
+        ).fetchone()
+        if row is None or not row[1] or row[2] is None:
+            return None, None
+        previous = self.conn.execute(
+            "SELECT MAX(at_us) FROM settlements WHERE lease_uuid = ? AND at_us < ? AND tx_hash != ?",
+            (lease_uuid, at, tx_hash),
+        ).fetchone()[0]
+        return rate_of_items(row[0]), max(row[2], previous) if previous is not None else row[2]
 
     def _withdrawal(self, fact: WithdrawalRecorded) -> None:
         self.conn.execute(

@@ -21,6 +21,7 @@ from messages.ledger import (
     LeasesObserved,
     LeasesReconciled,
     LeaseSettled,
+    SettlementsRecorded,
     TenantForgotten,
     TenantStateChanged,
     WithdrawalRecorded,
@@ -341,3 +342,33 @@ def test_what_the_books_lack_of_a_lease_is_kept_until_it_is_resolved(ledger):
     ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l1")))  # read at last
     ledger.record(LeaseIssueResolved("l2", "close_not_found"))
     assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
+
+
+def test_a_settlement_more_than_the_lease_could_have_accrued_or_negative_is_refused_and_said(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"),)))  # 2 x 3umfx a second, from T
+    hour = T + timedelta(hours=1)
+    for tx, amount in (("TXNEG", -1_000_000), ("TXBIG", 10**26), ("TXOVER", 6 * 3601 + 1)):
+        ledger.record(SettlementsRecorded((LeaseSettled(hour, tx, "l1", (Coin("umfx", amount),), kind="close"),)))
+    assert ledger.count("settlements") == 0
+    [issue] = ledger.lease_issues()
+    assert (issue.lease_uuid, issue.kind, issue.tenant) == ("l1", "settlement_refused", TENANT)
+    # What it did accrue passes (a second more than the whole seconds, for the fraction the chain carries).
+    ledger.record(LeaseSettled(hour, "TXOK", "l1", (Coin("umfx", 6 * 3601),)))
+    later = hour + timedelta(seconds=10)
+    ledger.record(LeaseSettled(later, "TXNEXT", "l1", (Coin("umfx", 6 * 11),)))  # bounded from the previous one
+    ledger.record(LeaseSettled(later, "TXNEXT2", "l1", (Coin("upwr", 1),)))  # a denom it is not priced in
+    assert sorted(r[0] for r in ledger.conn.execute("SELECT tx_hash FROM settlements")) == ["TXNEXT", "TXOK"]
+    # A lease the books cannot price yet: only the sign is known.
+    ledger.record(LeaseSettled(hour, "TXU", "unread", (Coin("umfx", 10**20),)))
+    assert ledger.conn.execute("SELECT amount FROM settlements WHERE tx_hash = 'TXU'").fetchone() == ("100000000000000000000",)
+
+
+def test_the_bound_of_a_settlement() -> None:
+    from ledger.settlement_bounds import refusal
+
+    s = 1_000_000
+    assert refusal(-1, "umfx", None, None, 0).startswith("a negative amount")
+    assert refusal(10**30, "umfx", None, None, 0) == ""  # nothing known of the lease
+    assert refusal(31, "umfx", {"umfx": 3}, 0, 10 * s) == ""  # 10 whole seconds, and one more
+    assert refusal(34, "umfx", {"umfx": 3}, 0, 10 * s + 500_000) != ""
+    assert refusal(1, "upwr", {"umfx": 3}, 0, 10 * s) != "" and refusal(0, "upwr", {"umfx": 3}, 0, 10 * s) == ""
