@@ -317,6 +317,21 @@ _V8 = (
     """,
 )
 
+_V9 = (
+    # Leases a run left out of its month, and why (ledger.metering): one the
+    # books cannot price (never read from the chain) holds back only itself,
+    # and the statement says so.
+    """
+    CREATE TABLE run_held_leases (
+        run_id TEXT NOT NULL,
+        lease_uuid TEXT NOT NULL,
+        tenant TEXT NOT NULL DEFAULT '',
+        reason TEXT NOT NULL,
+        PRIMARY KEY (run_id, lease_uuid)
+    ) WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -327,6 +342,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "leases of a chain that drops the fraction of a second at each settlement", _V6),
     Migration(7, "close txs written ahead of their broadcast, looked up after a restart", _V7),
     Migration(8, "what the books cannot yet say of a lease: unread, its close not found or not searchable", _V8),
+    Migration(9, "the leases a run held back from its month, and why", _V9),
 )
 
 #: The version this build writes.

@@ -29,10 +29,10 @@ from chain.settlements import settlements_in_withdraw
 from ledger.facts import settlements_from_tx
 from ledger.metering import accrued_seconds, meter_month
 from ledger.periods import Month, to_us
+from ledger.runs import Periods
 from ledger.statements import tenant_totals
 from ledger.store import Ledger
-from ledger.tick import RunFailed
-from messages.chain import LeaseItem
+from messages.chain import Lease, LeaseItem
 from messages.coins import Coin
 from messages.ledger import (
     LeaseObserved,
@@ -295,14 +295,24 @@ def unpriced(lg: Ledger, uuid: str, acknowledged) -> None:  # type: ignore[no-un
         )
 
 
-def test_a_month_with_an_unpriced_lease_fails_and_names_it(tmp_path):
+def test_a_lease_the_books_cannot_price_holds_back_only_itself(tmp_path):
+    from messages.ledger import LeaseIssue
+
     lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
     at = utc(2026, 3, 5)
-    unpriced(lg, "lease-x", at)
-    with pytest.raises(RunFailed, match=r"1 lease\(s\) active in 2026-03 have no known price.*lease-x") as err:
-        meter_month(lg, MAR, utc(2026, 4, 2))
-    runs = lg.conn.execute("SELECT id, status FROM runs").fetchall()
-    assert runs == [(err.value.run_id, "failed")]
+    unpriced(lg, "lease-x", at)  # active from March 5, its price never read
+    lg.record(LeaseSettled(utc(2026, 3, 9), "TXX", "lease-x", (Coin("umfx", 7),), tenant=RICH))
+    # One whose every read failed: no row at all, but a withdraw page settled it.
+    lg.record(LeaseIssue(at, "lease-y", "unread", "3 failed read(s)", POOR))
+    lg.record(LeaseSettled(utc(2026, 3, 9), "TXY", "lease-y", (Coin("umfx", 9),), tenant=POOR))
+    lg.record(LeasesReconciled(at, (Lease("lease-z", RICH, PROVIDER, (item(2),), acknowledged_at=utc(2026, 3, 1)),)))
+    result = meter_month(lg, MAR, utc(2026, 4, 2))
+    assert [r.status for r in Periods(lg).runs(MAR)] == ["completed"] and result.leases == 1
+    # The rest of the month is billed; the held leases are named with the run, their settlements held with them.
+    assert tenant_totals(lg, MAR) == {RICH: {"umfx": (2 * 31 * 86_400, 0)}}
+    held = lg.conn.execute("SELECT lease_uuid, tenant, reason FROM run_held_leases").fetchall()
+    assert [(u, t) for u, t, _ in held] == [("lease-x", RICH), ("lease-y", POOR)]
+    assert "no known price" in held[0][2] and "keeps failing" in held[1][2]
     lg.close()
 
 
