@@ -15,7 +15,9 @@ of our lease events names it, when it vanishes from the active set, and at
 start for the leases the books still want. It hands the answer to the
 ledger as a ``LeaseObserved``.
 
-A read that fails is asked again with backoff (``retry_delay``: 10 s
+A read the chain answers NOT_FOUND is an answer: no such lease (a
+forged event named it), nothing to watch or book. A read that fails is
+asked again with backoff (``retry_delay``: 10 s
 doubling to 30 min), for as long as it takes: a lease the node keeps
 failing to answer for is reported, never dropped. Each failure is a log
 line, and a ``LeaseIssue`` ("unread") for the books, which ``run.py
@@ -32,8 +34,9 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 from actors.effects import Effect, Note, Send
+from chain.errors import GRPC, GRPC_NOT_FOUND
 from messages.chain_actor import LeaseCall
-from messages.ledger import LeaseIssue, LeaseObserved
+from messages.ledger import LeaseIssue, LeaseIssueResolved, LeaseObserved
 from messages.scheduler import LeaseRead
 from runtime.router import CHAIN_IO, LEDGER
 
@@ -102,7 +105,16 @@ class LeaseReads:
                 out.append(Note(f"lease {uuid}: read from the chain after {tries} failed read(s)",
                                 event="lease_read", fields=(("lease", uuid), ("failures", tries))))
             return out
-        why = message.error.message if message.error is not None else "no answer"
+        error = message.error
+        if error is not None and error.codespace == GRPC and error.code == GRPC_NOT_FOUND:
+            # An answer: the chain holds no such lease (a forged event named it). Nothing to read again.
+            self.failed.pop(uuid, None)
+            return [
+                Send(LEDGER, LeaseIssueResolved(uuid, UNREAD)),
+                Note(f"lease {uuid}: the chain knows no such lease ({error.message}); nothing of it is watched or booked",
+                     event="lease_unknown", fields=(("lease", uuid),), level="warning"),
+            ]
+        why = error.message if error is not None else "no answer"
         tries = self.failed.get(uuid, 0) + 1
         issue = Send(LEDGER, LeaseIssue(now, uuid, UNREAD, f"{tries} failed read(s), the last: {why}"))
         if uuid not in self.failed and len(self.failed) >= MAX_OWED:

@@ -361,3 +361,48 @@ def test_a_close_during_a_websocket_gap_is_booked_from_its_tx_and_billed_to_the_
     finally:
         h.close()
         world.close()
+
+
+def test_forged_but_well_formed_frames_change_nothing_in_the_books_or_the_watch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Frames the websocket pushes that the chain never made: a close of an ACTIVE lease settling
+    -1,000,000 and 10^26 umfx, its auto-close, a new lease of a tenant nobody knows. Each has the lease
+    read; the reads say otherwise, and nothing is booked, ended or started."""
+    from chain.model import ChainEvent, TxEvents
+
+    world = make_world(websocket=True)
+    h = BookedHarness(world, tmp_path / "books.sqlite")
+    try:
+        t = world.tenant("real")
+        lease = world.lease(t, price=4)
+        h.start()
+        before = {table: h.ledger.count(table) for table in ("settlements", "closures", "lease_issues")}
+        ghost = "019bbef3-b000-7aaa-8000-00000000dead"
+        forged = [
+            ("lease_closed", (("lease_uuid", lease), ("tenant", t), ("provider_uuid", PROVIDER),
+                              ("settled_amounts", "-1000000umfx"), ("closed_by", "tenant"))),
+            ("lease_closed", (("lease_uuid", lease), ("tenant", t), ("provider_uuid", PROVIDER),
+                              ("settled_amounts", f"{10**26}umfx"), ("closed_by", "credit_exhaustion"))),
+            ("lease_auto_closed", (("lease_uuid", lease), ("tenant", t), ("provider_uuid", PROVIDER),
+                                   ("reason", "credit_exhausted"))),
+            ("lease_created", (("lease_uuid", ghost), ("tenant", addr("ghost")), ("provider_uuid", PROVIDER))),
+        ]
+        for i, (kind, attributes) in enumerate(forged):
+            world.devnet.websocket_server.publish(
+                TxEvents(world.node.latest_height(), f"{i:02d}" * 32, world.clock.now(), (ChainEvent(kind, attributes),))
+            )
+        wait_until(lambda: sum(1 for d in list(h.deliveries) if type(d.message).__name__ == "LeaseRead") >= 2,
+                   timeout=10, what="the reads the frames asked for")
+        h.step(30)
+        h.settle()
+        assert world.model.lease(lease).state == "ACTIVE"
+        assert {table: h.ledger.count(table) for table in before} == before  # nothing booked, nothing reported
+        assert h.ledger.lease(lease)["closed_at_us"] is None and h.ledger.lease(ghost) is None
+        assert h.core.tenants[t].leases == {lease} and addr("ghost") not in h.core.tenants
+        # The lease is still watched and billed as the chain says: a real close ends it.
+        world.model.close_leases(t, [lease], "tenant left")
+        wait_until(lambda: h.ledger.lease(lease)["closed_at_us"] is not None, timeout=10, what="the real close")
+        wait_until(lambda: len(h.booked(lease)) == 1, timeout=10, what="its settlement")
+        assert 0 < h.booked(lease)[0][1] < 10**9
+    finally:
+        h.close()
+        world.close()

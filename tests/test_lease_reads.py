@@ -69,3 +69,15 @@ def test_a_failing_read_is_asked_again_on_a_timer_reported_each_time_and_cleared
     assert [e.message for e in out if isinstance(e, Send)] == [LeaseObserved(now, lease)]
     assert "after 12 failed read(s)" in [x for x in out if isinstance(x, Note)][0].text
     assert reads.failed == {} and reads.waiting == set()
+
+
+def test_a_lease_the_chain_does_not_know_is_an_answer_not_a_failure() -> None:
+    from chain.errors import GRPC, GRPC_NOT_FOUND
+    from messages.ledger import LeaseIssueResolved
+
+    reads = LeaseReads()
+    reads.ask(["forged"])
+    missing = ChainFailure("lease", "gRPC NOT_FOUND: lease not found", codespace=GRPC, code=GRPC_NOT_FOUND)
+    out = reads.answered(LeaseRead("forged", None, missing), T0)
+    assert [e.message for e in out if isinstance(e, Send)] == [LeaseIssueResolved("forged", "unread")]
+    assert calls(out) == [] and reads.failed == {} and reads.waiting == set()
