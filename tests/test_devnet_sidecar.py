@@ -334,6 +334,13 @@ def test_closes_by_a_tenant_while_the_sidecar_was_down_are_booked_at_their_block
             assert world.model.lease(c).state == "ACTIVE" and second.ledger.lease(c)["closed_at_us"] is None
         finally:
             second.close()
+        from bench.books_audit import audit
+
+        books = audit(second.ledger.__class__.open(path, PROVIDER), world.model, PROVIDER)
+        if tx_index == "kv":
+            assert books.clean and not books.reported and books.closes == 2, books.table()
+        else:  # the books say what they lack: nothing lost unreported, nothing doubled
+            assert books.clean and books.reported == {"umfx": sum(settled.values())}, books.table()
     finally:
         world.close()
 

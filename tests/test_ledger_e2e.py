@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from actors.ledger_writer import start_ledger_writer
+from bench.books_audit import audit
 from chain.errors import ChainError
 from chain.events import lease_events_from_tx
 from chain.model import BillingModel, TxEvents
@@ -379,6 +380,8 @@ def test_killed_and_restarted_the_ledger_loses_and_doubles_nothing(crash):
         "SELECT at_us FROM settlements WHERE lease_uuid = ? AND kind = 'close'", (crash.l2,)
     ).fetchone()
     assert at == to_us(crash.l2_closed_at) and ledger.lease_issues() == []
+    books = audit(ledger, chain.model, PROVIDER)
+    assert books.clean and books.closes == 2, books.table()  # l2 by its tenant, l3 by us
 
     # The poor tenant's lease was closed by us once, and recorded once.
     assert chain.model.lease(crash.l3).state == "CLOSED"
@@ -608,3 +611,6 @@ def test_killed_during_a_close_round_the_restarted_sidecar_books_every_close_and
     assert all(json.loads(h) == [tx.tx_hash] and at == to_us(tx.time) for _, _, h, at in closures)
     for u in ours:
         assert second.ledger.lease(u)["closed_at_us"] == to_us(m.lease(u).closed_at)
+    # What a fault run counts: no close missing from the books, no unit lost or doubled.
+    books = audit(second.ledger, m, PROVIDER)
+    assert books.clean and books.closes == len(ours) and not books.reported, books.table()
