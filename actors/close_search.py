@@ -108,8 +108,8 @@ class CloseSearches:
             total = coins_to_dict(tuple(c for s in m.outcome.settlements for c in s.amounts))
             tx = m.outcome.tx_hashes[0] if m.outcome.tx_hashes else "?"
             out: list[Effect] = [
-                Note(f"{where} ended while unheard: tx {tx} ended it, {format_coins(coins(total)) or 'nothing'} "
-                     "settled, in the books at its block time",
+                Note(f"{where}: tx {tx} ended it, settling {format_coins(coins(total)) or 'nothing'}, "
+                     "in the books at its block time",
                      m.tenant, event="close_found", fields=(("lease", m.lease_uuid), ("tx_hash", tx))),
             ]
             if m.outcome.settlements:

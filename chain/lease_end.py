@@ -78,7 +78,7 @@ def lease_end_outcome(
     provider_uuid: str,
     withdraw_total: Iterable[Coin] = (),
 ) -> CloseOutcome | None:
-    """What the tx that ended ``lease_uuid`` settled on ``provider_uuid``'s leases, at its block time ``at``.
+    """What the tx that ended ``lease_uuid`` settled on it, at its block time ``at``.
 
     None when the tx did not end the lease (a tx hash from an event that
     was not the chain's, say). ``withdraw_total``: a withdraw's
@@ -87,11 +87,11 @@ def lease_end_outcome(
     """
     kind = ending_kind(events, lease_uuid)
     if kind == "close":
-        settled = [
-            s for s in settlements_in_tx(tx_hash, at, events, provider_uuid=provider_uuid) if s.kind == "close"
-        ]
+        settled = settlements_in_tx(tx_hash, at, events, provider_uuid=provider_uuid, lease_uuids={lease_uuid})
     elif kind == "withdraw":
         settled = settlements_in_withdraw(tx_hash, at, events, withdraw_total, provider_uuid=provider_uuid)
     else:
         return None
+    # Its own settlement only: each lease that ended is looked for on its own.
+    settled = [s for s in settled if s.lease_uuid == lease_uuid]
     return CloseOutcome(closed_count=1, tx_hashes=(tx_hash,), settlements=tuple(settled))

@@ -24,7 +24,7 @@ from chain.ws_query import parse_query
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service
 from messages.coins import Coin
 from runtime.clock import utc
-from tests.devnet_harness import PROVIDER, Raw, World
+from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, Raw, World
 from tests.support import PROVIDER as MODEL_PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
@@ -100,6 +100,27 @@ def test_our_own_close_and_a_withdraws_auto_close_are_found_too(world: World) ->
     assert {s.lease_uuid for s in auto.settlements} <= {drained}
     booked = sum(c.amount for s in auto.settlements for c in s.amounts)
     assert booked == world.model.lease_totals(drained)[1].get("umfx", 0) > 0
+
+
+def test_a_close_tx_that_ended_several_leases_gives_each_its_own_settlement_once(world: World) -> None:
+    """Each ended lease is searched for on its own: its outcome holds its settlement, not the whole tx's."""
+    t = world.tenant("leaves-all")
+    ours = [world.lease(t, price=p) for p in (3, 5, 7)]
+    theirs = world.lease(t, price=11, provider=OTHER_PROVIDER)
+    world.clock.advance(40)
+    before = {u: world.model.lease_totals(u)[1].get("umfx", 0) for u in ours}
+    world.model.close_leases(t, [*ours, theirs], "moving out")
+    settled = {u: world.model.lease_totals(u)[1]["umfx"] - before[u] for u in ours}
+    assert len(set(settled.values())) == 3 and min(settled.values()) > 0
+
+    client = world.client()
+    outcomes = {u: client.lease_end_tx(u, PROVIDER) for u in ours}
+    assert len({o.tx_hashes for o in outcomes.values()}) == 1  # one tx ended them all
+    for u, outcome in outcomes.items():
+        [s] = outcome.settlements
+        assert (s.lease_uuid, [(c.denom, c.amount) for c in s.amounts]) == (u, [("umfx", settled[u])])
+    booked = [s for o in outcomes.values() for s in o.settlements]
+    assert sum(c.amount for s in booked for c in s.amounts) == sum(settled.values())
 
 
 def test_a_lease_that_never_ended_by_a_tx_is_not_found(world: World) -> None:
