@@ -420,8 +420,9 @@ class Ledger:
     def _upsert(self, at: int, lease: Lease, reopen: bool) -> None:
         active_from = to_us(lease.acknowledged_at) if lease.acknowledged_at is not None else None
         closed = None
-        if lease.state in _ENDED_STATES and lease.closed_at is not None:
-            closed = to_us(lease.closed_at)
+        ended = lease.closed_at or lease.ended_at  # a lease that never became active ends at its expiry or rejection
+        if lease.state in _ENDED_STATES and ended is not None:
+            closed = to_us(ended)
         self.conn.execute(
             _UPSERT_LEASE,
             {
@@ -433,7 +434,7 @@ class Ledger:
                 "af_rank": int(Precision.CHAIN) if active_from is not None else 0,
                 "ca": closed,
                 "ca_rank": int(Precision.CHAIN) if closed is not None else 0,
-                "reason": lease.closure_reason if closed is not None else "",
+                "reason": (lease.closure_reason or lease.state.lower()) if closed is not None else "",
                 "at": at,
                 "reopen": 1 if (reopen and lease.state == "ACTIVE") else 0,
                 # No reservation field (16): a v2.1.0 chain, which drops each settlement's fraction.

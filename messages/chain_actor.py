@@ -296,6 +296,8 @@ class NodeStatusCall:
     round: int
     #: the chain actor's address by default (``runtime.router.CHAIN``)
     reply_to: str = "chain"
+    #: heights whose block times are wanted too (the reads a closure round is about to act on)
+    heights: tuple[int, ...] = ()
 
 
 @message("node_status_answered")
@@ -304,6 +306,8 @@ class NodeStatusAnswered:
     round: int
     status: NodeStatus | None = None
     error: ChainFailure | None = None
+    #: (height, its block's time) for the heights asked about that the node could tell
+    block_times: tuple[tuple[int, datetime], ...] = ()
 
 
 @message("close_batch_call")

@@ -61,6 +61,9 @@ class CreditRead:
     estimate: CreditEstimate | None = None
     #: Every ACTIVE lease of the tenant, ours and other providers'.
     leases: tuple[Lease, ...] = ()
+    #: The height the read reflects: the lower of the account's and the
+    #: leases' (``x-cosmos-block-height``); 0: not known (captures from before).
+    height: int = 0
 
 
 @message("credit_read_failed")
@@ -77,6 +80,9 @@ class CloseRequested:
     tenant: str
     lease_uuids: tuple[str, ...]
     reason: str
+    #: The height of the read that decided it (``CreditRead.height``): a read
+    #: further behind the chain than ``max_node_lag`` closes nothing.
+    read_height: int = 0
 
 
 @message("leases_closed")
@@ -124,6 +130,9 @@ class TenantSnapshot:
     #: not be answered without them (a zero umfx balance beside plenty of
     #: upwr is gone for a umfx lease).
     charged_denoms: tuple[str, ...] = ()
+    #: The highest height a read of the tenant was taken at: a read from
+    #: below it (a node further behind) is stale, even after a restart.
+    read_height: int = 0
 
 
 __all__ += ["TenantSnapshot"]

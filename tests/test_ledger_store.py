@@ -292,6 +292,20 @@ def test_the_leases_to_read_are_the_unpriced_and_those_closed_at_a_time_the_chai
     assert ledger.leases_to_read() == []  # read once: not listed at every start for ever
 
 
+def test_a_lease_read_as_expired_or_rejected_ends_at_the_chains_own_time_and_is_never_active(ledger):
+    """No tx ends it and its event is a hint: its read ends it, at the chain's expired_at or rejected_at."""
+    item = (LeaseItem("sku-1", 1, Coin("umfx", 3)),)
+    ledger.record(LeaseObserved(T, Lease("p1", TENANT, PROVIDER, item, state="PENDING")))
+    expiry = T + timedelta(minutes=10, microseconds=1)
+    ledger.record(LeaseObserved(T + timedelta(hours=1), Lease("p1", TENANT, PROVIDER, item, state="EXPIRED", ended_at=expiry)))
+    ledger.record(LeaseObserved(T + timedelta(hours=1), Lease("p2", TENANT, PROVIDER, item, state="REJECTED", ended_at=T)))
+    for uuid, at, reason in (("p1", expiry, "expired"), ("p2", T, "rejected")):
+        row = ledger.lease(uuid)
+        assert (row["closed_at_us"], row["closed_at_rank"], row["closure_reason"]) == (to_us(at), int(Precision.CHAIN), reason)
+        assert row["active_from_us"] is None
+    assert ledger.leases_to_read() == []
+
+
 def test_other_providers_leases_are_kept_as_events_only(ledger):
     ledger.record(LeaseEventRecorded(T, event("auto_closed", "o1", "credit_exhausted", provider=OTHER)))
     ledger.record(LeasesReconciled(T, (lease("o2", provider=OTHER),)))
