@@ -106,8 +106,9 @@ class ChainClient(Protocol):
 
     def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
         """The tx that ended ``lease_uuid`` (``chain.lease_end``: found by the node's tx search, or by
-        ``tx_hash`` when an event named one and that tx did end it), with what it settled on
-        ``provider_uuid``'s leases at its block time; None when the node finds none.
+        ``tx_hash`` when an event named one and that tx did end it), with what it settled on that
+        lease (of ``provider_uuid``) at its block time, not on the others it ended; None when the
+        node finds none.
 
         Raises ``ChainError`` ``chain.errors.NO_TX_INDEX`` when the node keeps no tx index.
         """

@@ -640,7 +640,7 @@ class CosmpyChainClient:
         )
 
     def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
-        """The tx that ended ``lease_uuid`` and what it settled on our leases (``chain.lease_end``); None if not found.
+        """The tx that ended ``lease_uuid`` and what it settled on that lease (``chain.lease_end``); None if not found.
 
         ``tx_hash``: a hint (an event named it): looked up first, used only
         if that tx did end the lease. Raises ``ChainError`` ``NO_TX_INDEX``
