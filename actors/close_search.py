@@ -15,6 +15,14 @@ denom, so a close the sidecar booked already (its own, answered) counts
 once. The leases whose close the chain actor booked from its own answer are
 not searched again (``booked``).
 
+A search is written ahead into the books, as a close tx is: its lease
+carries a ``close_sought`` issue from the moment the search starts (sent
+before the read that found the lease ended, so the books never hold the
+chain's close without it) until the search ends. A sidecar stopped while a
+search is out or waiting to be asked again reads that lease at its next
+start (``Ledger.leases_to_read``) and searches anew; the books show it
+meanwhile as a settlement they may lack.
+
 When the tx cannot be found, the books say so for that lease (a
 ``LeaseIssue``, shown by ``run.py periods`` and the statements) instead of
 silently lacking its settlement:
@@ -45,7 +53,7 @@ from messages.coins import coins, coins_to_dict, format_coins
 from messages.ledger import LeaseIssue, LeaseIssueResolved, SettlementsRecorded
 from runtime.router import CHAIN_IO, LEDGER
 
-__all__ = ["CloseSearches", "NOT_FOUND_RETRIES", "NO_TX_INDEX", "CLOSE_NOT_FOUND"]
+__all__ = ["CloseSearches", "NOT_FOUND_RETRIES", "NO_TX_INDEX", "CLOSE_NOT_FOUND", "CLOSE_SOUGHT"]
 
 #: When a search that found nothing is asked again (a tx indexed late), each
 #: counted from the search before; after the last the lease stays reported.
@@ -54,6 +62,7 @@ NOT_FOUND_RETRIES = (timedelta(seconds=30), timedelta(minutes=5), timedelta(minu
 #: ``LeaseIssue.kind`` values of this module.
 NO_TX_INDEX = "no_tx_index"
 CLOSE_NOT_FOUND = "close_not_found"
+CLOSE_SOUGHT = "close_sought"
 
 #: Leases remembered at most, per table below: a hint or a booked close is
 #: useful for minutes; a flood of closes must not grow these without bound.
@@ -86,15 +95,23 @@ class CloseSearches:
         for uuid in lease_uuids:
             _bounded_put(self.booked, uuid, "")
 
-    def ended(self, lease: Lease) -> list[Effect]:
-        """A read found ``lease`` (ours) ended: look for the tx that ended it, unless nothing is to be found."""
+    def ended(self, lease: Lease, now: datetime) -> list[Effect]:
+        """A read found ``lease`` (ours) ended: look for the tx that ended it, unless nothing is to be found.
+
+        The search is in the books (``close_sought``) before it is asked:
+        these effects go ahead of the read's own ``LeaseObserved``.
+        """
         if lease.state != "CLOSED" or lease.acknowledged_at is None:
             return []  # expired, rejected or cancelled while PENDING: it never accrued
         if lease.uuid in self.pending or lease.uuid in self.booked:
             return []
         self.pending[lease.uuid] = 0
         hint = self.hints.pop(lease.uuid, "")
-        return [Send(CHAIN_IO, CloseSearchCall(lease.uuid, lease.tenant, lease.closed_at, hint))]
+        sought = "the tx that ended it is being looked for: what it settled is not in the books yet"
+        return [
+            Send(LEDGER, LeaseIssue(lease.closed_at or now, lease.uuid, CLOSE_SOUGHT, sought, lease.tenant)),
+            Send(CHAIN_IO, CloseSearchCall(lease.uuid, lease.tenant, lease.closed_at, hint)),
+        ]
 
     def answered(self, m: CloseSearchAnswered, now: datetime) -> list[Effect]:
         failures = self.pending.get(m.lease_uuid)
@@ -114,13 +131,16 @@ class CloseSearches:
             ]
             if m.outcome.settlements:
                 out.append(Send(LEDGER, SettlementsRecorded(m.outcome.settlements)))
-            out += [Send(LEDGER, LeaseIssueResolved(m.lease_uuid, kind)) for kind in (CLOSE_NOT_FOUND, NO_TX_INDEX)]
+            # After the settlements: a stop between the two leaves the search to be made again, never lost.
+            out += [Send(LEDGER, LeaseIssueResolved(m.lease_uuid, kind))
+                    for kind in (CLOSE_NOT_FOUND, NO_TX_INDEX, CLOSE_SOUGHT)]
             return out
         error = m.error
         if error is not None and is_no_tx_index(error):
             del self.pending[m.lease_uuid]
             return [
                 Send(LEDGER, LeaseIssue(at, m.lease_uuid, NO_TX_INDEX, error.message, m.tenant)),
+                Send(LEDGER, LeaseIssueResolved(m.lease_uuid, CLOSE_SOUGHT)),  # over: no_tx_index says what is lacking
                 Note(f"{where} ended while unheard, and the node keeps no tx index to find the tx that ended it: "
                      "what that tx settled is not in the books (listed by run.py periods)",
                      m.tenant, event="close_unsearchable", fields=(("lease", m.lease_uuid),), level="warning"),
@@ -147,7 +167,7 @@ class CloseSearches:
             ]
             return out
         del self.pending[m.lease_uuid]
-        return out + [Note(
+        return out + [Send(LEDGER, LeaseIssueResolved(m.lease_uuid, CLOSE_SOUGHT)), Note(
             f"{where} ended while unheard; {why}: what its closing tx settled is not in the books "
             "(listed by run.py periods)",
             m.tenant, event="close_not_found", fields=(("lease", m.lease_uuid),), level="warning",

@@ -656,7 +656,8 @@ class SchedulerDecisions:
             return out
         lease = message.lease
         if lease is not None and lease.provider_uuid == self.provider_uuid:
-            out += self.close_searches.ended(lease)  # its closing tx, for what it settled
+            # Its closing tx, for what it settled: the search goes into the books ahead of the read.
+            out = self.close_searches.ended(lease, now) + out
         return self._ended_by_read(message, now) + self._opened_by_read(message) + out
 
     def _close_searched(self, message: CloseSearchAnswered, now: datetime) -> list[Effect]:

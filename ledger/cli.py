@@ -291,6 +291,7 @@ _ISSUE_WORDS = {
     "unread": "cannot be read from the chain (read again with backoff; only its own billing waits)",
     "close_not_found": "ended while unheard, and the node's tx search finds no tx that ended it: its last settlement is not in the books",
     "no_tx_index": "ended while unheard, and the node keeps no tx index: its last settlement is not in the books",
+    "close_sought": "ended; the tx that ended it is being looked for (again at the next start): its last settlement is not in the books yet",
     "settlement_refused": "a settlement was refused (more than it could have accrued, or negative)",
 }
 

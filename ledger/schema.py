@@ -332,6 +332,29 @@ _V9 = (
     """,
 )
 
+_V10 = (
+    # A lease may also be ``close_sought``: it ended and the search for its
+    # closing tx has not finished (actors/close_search.py), written ahead so
+    # that a restart searches again. SQLite cannot change a CHECK: the table
+    # is copied into one that allows it (no key points at it).
+    """
+    CREATE TABLE lease_issues_v10 (
+        lease_uuid TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('unread', 'close_not_found', 'no_tx_index', 'settlement_refused',
+                                           'close_sought')),
+        tenant TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        since_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        PRIMARY KEY (lease_uuid, kind)
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO lease_issues_v10 SELECT lease_uuid, kind, tenant, period, detail, since_us, updated_us FROM lease_issues",
+    "DROP TABLE lease_issues",
+    "ALTER TABLE lease_issues_v10 RENAME TO lease_issues",
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -343,6 +366,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "close txs written ahead of their broadcast, looked up after a restart", _V7),
     Migration(8, "what the books cannot yet say of a lease: unread, its close not found or not searchable", _V8),
     Migration(9, "the leases a run held back from its month, and why", _V9),
+    Migration(10, "a lease whose closing tx is still being looked for", _V10),
 )
 
 #: The version this build writes.

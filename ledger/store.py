@@ -671,25 +671,30 @@ class Ledger:
         return [r[0] for r in rows]
 
     def leases_to_read(self, limit: int = 2_000) -> list[str]:
-        """Our leases the books hold without a price, or closed at a time the chain did not give.
+        """Our leases the books hold without a price, or closed at a time the chain did not give, or unread,
+        or ended with the search for their closing tx unfinished.
 
         Read from the chain at start (``actors.lease_reads``): a database
         written before every mode read them, or whose reads failed, bills
         them to the second again; a month held back for a lease without a
-        price is metered at its next tick. At most ``limit``, unpriced first.
+        price is metered at its next tick; a search for a closing tx that a
+        stop cut short is made again. At most ``limit``, unpriced first.
         """
         with self._lock:
             rows = self.conn.execute(
                 "SELECT uuid FROM leases WHERE provider_uuid = ? AND (priced = 0 OR "
                 # a lease that never became active (expired or rejected while
-                # pending) was never billed, and the chain gives it no closed_at
+                # pending) was never billed: its end needs no second read
                 "(active_from_us IS NOT NULL AND closed_at_us IS NOT NULL AND closed_at_rank < ?)) "
                 "ORDER BY priced, uuid LIMIT ?",
                 (self.provider_uuid, int(Precision.CHAIN), limit),
             ).fetchall()
-            # Leases whose read failed before the books had a row of them at all.
+            # Leases whose read failed (maybe before the books had a row of them at all), and
+            # ended leases whose closing tx was still being looked for (``actors.close_search``).
             unread = self.conn.execute(
-                "SELECT lease_uuid FROM lease_issues WHERE kind = 'unread' ORDER BY lease_uuid LIMIT ?", (limit,)
+                "SELECT DISTINCT lease_uuid FROM lease_issues WHERE kind IN ('unread', 'close_sought') "
+                "ORDER BY lease_uuid LIMIT ?",
+                (limit,),
             ).fetchall()
         out = [r[0] for r in rows]
         seen = set(out)

@@ -204,7 +204,9 @@ class LeaseIssue:
     finds no tx that ended it; ``no_tx_index``, it ended while unheard and
     the node keeps no tx index to search; ``settlement_refused``, a
     settlement the ledger would not book (more than the lease could have
-    accrued). ``at``: the instant it is about (when the read failed; when the
+    accrued); ``close_sought``, it ended and the search for the tx that
+    ended it has not finished (written ahead of the search, so that a
+    restart searches again). ``at``: the instant it is about (when the read failed; when the
     lease closed). Shown by ``run.py periods`` and the statements, so that
     the books say what they lack instead of silently under-booking.
     """
@@ -226,6 +228,6 @@ class LeaseIssueResolved:
 
 
 #: What a ``LeaseIssue`` can say.
-LEASE_ISSUE_KINDS = ("unread", "close_not_found", "no_tx_index", "settlement_refused")
+LEASE_ISSUE_KINDS = ("unread", "close_not_found", "no_tx_index", "settlement_refused", "close_sought")
 
 __all__ += ["LeaseIssue", "LeaseIssueResolved", "LEASE_ISSUE_KINDS"]

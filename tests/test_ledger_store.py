@@ -109,6 +109,22 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_path):
         Ledger.open(path, PROVIDER)
 
 
+def test_a_version_9_ledger_keeps_its_lease_issues_and_may_then_hold_a_close_being_sought(tmp_path):
+    from messages.ledger import LeaseIssue
+
+    path = tmp_path / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:9])  # as the build before close_sought wrote it
+    lg.record(LeaseIssue(T, "l1", "unread", "1 failed read(s)", TENANT))
+    with pytest.raises(sqlite3.IntegrityError):
+        lg.record(LeaseIssue(T, "l2", "close_sought", "being looked for", TENANT))
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)
+    assert current_version(lg.conn) == SCHEMA_VERSION >= 10
+    lg.record(LeaseIssue(T, "l2", "close_sought", "being looked for", TENANT))
+    assert [(i.lease_uuid, i.kind, i.since) for i in lg.lease_issues()] == [("l1", "unread", T), ("l2", "close_sought", T)]
+    lg.close()
+
+
 def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_closed(tmp_path):
     path = tmp_path / "ledger.sqlite"
     lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:1])  # as the build before lookups wrote it
@@ -355,6 +371,12 @@ def test_what_the_books_lack_of_a_lease_is_kept_until_it_is_resolved(ledger):
     assert ledger.leases_to_read() == ["l1"]  # read again at the next start
     ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l1")))  # read at last
     ledger.record(LeaseIssueResolved("l2", "close_not_found"))
+    assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
+    # A search for a closing tx a stop cut short: the lease is read again at the next start, searched anew.
+    ledger.record(LeaseIssue(T, "l3", "close_sought", "being looked for", TENANT))
+    ledger.record(LeaseObserved(T, lease("l3", state="CLOSED", closed_at=T)))
+    assert ledger.leases_to_read() == ["l3"]
+    ledger.record(LeaseIssueResolved("l3", "close_sought"))
     assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
 
 
