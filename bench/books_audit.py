@@ -23,18 +23,35 @@ idle) so that every fact it took is written::
     result = audit(ledger, model, provider_uuid)
     print(result.table())
 
+Run as a script, it makes such a run and prints the table: the demo world
+on the embedded devnet, the sidecar built as ``run.py run`` builds it,
+under faults (``--error-rate`` on every query, a websocket cut every
+``--ws-cuts``, the node's ``--tx-index``), once, without restarts::
+
+    python bench/books_audit.py --duration 2h
+
 Nothing here writes to the ledger or the model.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from chain.model import BillingModel
-from ledger.periods import to_us
-from ledger.store import Ledger
+if __name__ == "__main__":  # run as a script from anywhere: the project's packages are beside bench/
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-__all__ = ["BooksAudit", "audit"]
+from chain.model import BillingModel  # noqa: E402
+from ledger.periods import to_us  # noqa: E402
+from ledger.store import Ledger  # noqa: E402
+from runtime.config import parse_duration  # noqa: E402
+
+__all__ = ["BooksAudit", "audit", "fault_run", "main"]
 
 
 @dataclass
@@ -105,3 +122,86 @@ def audit(ledger: Ledger, model: BillingModel, provider_uuid: str) -> BooksAudit
             if closed_at.get(lease.uuid) != to_us(lease.closed_at):
                 (result.closes_reported if lease.uuid in reported else result.closes_missing).append(lease.uuid)
     return result
+
+
+#: The devnet's query methods (every gRPC call but the two that send a tx): the fault run fails each at ``--error-rate``.
+QUERIES = (
+    "Account", "CreditAccount", "CreditAddress", "CreditEstimate", "GetBlockByHeight", "GetLatestBlock", "GetNodeInfo",
+    "GetSyncing", "GetTx", "GetTxsEvent", "Lease", "LeasesByProvider", "LeasesByTenant", "Params",
+    "ProviderWithdrawable", "WithdrawableAmount",
+)
+
+
+def fault_run(args: argparse.Namespace) -> BooksAudit:
+    """The demo world on the embedded devnet under faults for ``args.duration``, then its books against its chain.
+
+    The sidecar is built as ``run.py run`` builds it (``sidecar.runner.build``), on an accelerated clock;
+    its ledger is a temporary file, audited once the sidecar has stopped and written all it held.
+    """
+    import sidecar.settings  # noqa: F401  (every section registered, before load_config)
+    from runtime.clock import RealClock
+    from runtime.config import load_config
+    from sidecar.runner import build
+
+    with tempfile.TemporaryDirectory(prefix="books-audit-") as folder:
+        config = load_config(overrides={
+            "chain": {"mode": "devnet"},
+            "devnet": {
+                "chain_version": args.chain_version,
+                "error_rates": [f"{m}={args.error_rate}" for m in QUERIES] if args.error_rate else [],
+                "error_seed": args.seed,
+                "ws_drop_interval": args.ws_cuts,
+                "tx_index": args.tx_index,
+            },
+            "demo": {"speed": args.speed},
+            "ledger": {"path": str(Path(folder) / "books.sqlite")},
+            "capture": {"enabled": False},
+            "metrics": {"listen": ""},
+        })
+        clock = RealClock(speed=args.speed)
+        running = build(config, clock)
+        try:
+            running.sidecar.withdraw_once()
+            running.sidecar.start()
+            if running.world is not None:
+                running.world.start()
+            time.sleep(parse_duration(args.duration).total_seconds() / args.speed)
+        finally:
+            path, model = running.ledger.path, running.model
+            running.close()  # the ledger writer writes what it holds before the ledger closes
+            clock.close()
+        ledger = Ledger.open(path, config.provider.uuid)
+        try:
+            return audit(ledger, model, config.provider.uuid)
+        finally:
+            ledger.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/books_audit.py",
+        description="Run the demo world on the embedded devnet under faults (errors on every query, websocket cuts, "
+        "a node's tx index), then print the books against the chain: units lost, doubled or reported per denom, "
+        "closes missing from the books. No restarts: the sidecar runs once. Exit status 0 when the books are clean.",
+    )
+    parser.add_argument("--duration", default="2h", help="simulated time to run (default 2h)")
+    parser.add_argument("--speed", type=float, default=120.0, help="simulated seconds per real second (default 120)")
+    parser.add_argument("--error-rate", type=float, default=0.2, help="fraction of every query failing (default 0.2)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the failures (default 1)")
+    parser.add_argument("--ws-cuts", default="10m", help="cut the websocket this often, 0 for never (default 10m)")
+    parser.add_argument("--tx-index", choices=("kv", "hash_only", "null"), default="kv",
+                        help="the node's tx indexer (default kv)")
+    parser.add_argument("--chain-version", choices=("current", "v2.1"), default="current")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")  # the faults' warnings are expected
+    started = time.monotonic()
+    result = fault_run(args)
+    print(f"books audit: {args.duration} on the devnet ({args.chain_version}), {args.error_rate:g} errors on every query, "
+          f"websocket cut every {args.ws_cuts}, tx index {args.tx_index}; {time.monotonic() - started:.0f} s")
+    print(result.table())
+    print("clean" if result.clean else "NOT clean")
+    return 0 if result.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
