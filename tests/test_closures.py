@@ -189,3 +189,13 @@ def test_close_txs_left_open_by_a_previous_run_are_looked_up_at_start() -> None:
     (look,) = [e for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)]
     assert look.at == T0 + LOOKUP_DELAYS[0] and look.message.lease_uuids == ("la",)
     assert chain.handle(CloseLookupsRestored((left,)), T0) == []  # already being looked up
+
+
+def test_a_lookup_on_a_node_without_a_tx_index_ends_saying_the_outcome_is_unknown_not_failed() -> None:
+    from actors.withdraw_lookup import not_applied_yet
+    from chain.errors import NO_TX_INDEX, TX_INDEX
+
+    none = ChainFailure("close_outcome", "transaction indexing is disabled", codespace=TX_INDEX, code=NO_TX_INDEX)
+    text, delay = not_applied_yet("close tx CD", 1, none, "it closed nothing")
+    assert delay is None and "was included and failed" not in text and "it closed nothing" not in text
+    assert "keeps no tx index" in text and "missing from the books" in text
