@@ -25,8 +25,9 @@ idle) so that every fact it took is written::
 
 Run as a script, it makes such a run and prints the table: the demo world
 on the embedded devnet, the sidecar built as ``run.py run`` builds it,
-under faults (``--error-rate`` on every query, a websocket cut every
-``--ws-cuts``, the node's ``--tx-index``), once, without restarts::
+under faults (``--error-rate`` on every query, ``--stale-reads`` and
+``--zero-reads``, a websocket cut every ``--ws-cuts``, the node's
+``--tx-index``), once, without restarts::
 
     python bench/books_audit.py --duration 2h
 
@@ -152,6 +153,8 @@ def fault_run(args: argparse.Namespace) -> BooksAudit:
                 "error_seed": args.seed,
                 "ws_drop_interval": args.ws_cuts,
                 "tx_index": args.tx_index,
+                "stale_read_rate": args.stale_reads,
+                "zero_read_rate": args.zero_reads,
             },
             "demo": {"speed": args.speed},
             "ledger": {"path": str(Path(folder) / "books.sqlite")},
@@ -180,8 +183,8 @@ def fault_run(args: argparse.Namespace) -> BooksAudit:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/books_audit.py",
-        description="Run the demo world on the embedded devnet under faults (errors on every query, websocket cuts, "
-        "a node's tx index), then print the books against the chain: units lost, doubled or reported per denom, "
+        description="Run the demo world on the embedded devnet under faults (errors on every query, stale and zero "
+        "reads, websocket cuts, a node's tx index), then print the books against the chain: units lost, doubled or reported per denom, "
         "closes missing from the books. No restarts: the sidecar runs once. Exit status 0 when the books are clean.",
     )
     parser.add_argument("--duration", default="2h", help="simulated time to run (default 2h)")
@@ -191,13 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ws-cuts", default="10m", help="cut the websocket this often, 0 for never (default 10m)")
     parser.add_argument("--tx-index", choices=("kv", "hash_only", "null"), default="kv",
                         help="the node's tx indexer (default kv)")
+    parser.add_argument("--stale-reads", type=float, default=0.0,
+                        help="fraction of credit reads a synced node answers from 10 min back (default 0)")
+    parser.add_argument("--zero-reads", type=float, default=0.0,
+                        help="fraction of credit account reads answered with every balance zero (default 0)")
     parser.add_argument("--chain-version", choices=("current", "v2.1"), default="current")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")  # the faults' warnings are expected
     started = time.monotonic()
     result = fault_run(args)
     print(f"books audit: {args.duration} on the devnet ({args.chain_version}), {args.error_rate:g} errors on every query, "
-          f"websocket cut every {args.ws_cuts}, tx index {args.tx_index}; {time.monotonic() - started:.0f} s")
+          f"{args.stale_reads:g} stale and {args.zero_reads:g} zero reads, websocket cut every {args.ws_cuts}, "
+          f"tx index {args.tx_index}; {time.monotonic() - started:.0f} s")
     print(result.table())
     print("clean" if result.clean else "NOT clean")
     return 0 if result.clean else 1
