@@ -153,18 +153,24 @@ def lateness(
     return result
 
 
-def landed_closes(judge: CloseJudge, closed_by_us: Iterable[str]) -> dict[str, JudgedClose]:
-    """Per lease our provider closed on the chain, the chain's test at the close that landed.
+def landed_closes(
+    judge: CloseJudge, closed_at: dict[str, datetime], within: timedelta
+) -> dict[str, JudgedClose]:
+    """Per lease the chain closed (``closed_at``), the chain's test at our close that ended it, if
+    one of ours did: the leases our provider closed, and whether each had credit left.
 
-    ``CloseJudge`` sees every run of ``close_leases`` by our provider, and on
-    the devnet a close tx runs twice: once when the client asks for its gas
-    (``Simulate``, rolled back) and once in its block. The last judgement made
-    while the lease was still ACTIVE is the one of the close that landed; a
-    later one (a retried tx, a gas estimate after the block) sees it closed.
+    The lease's closure reason cannot say: a close tx of ours that finds the
+    lease exhausted has the chain auto-close it (reason "credit exhausted"),
+    as any other tx would. ``CloseJudge`` sees every run of ``close_leases``
+    by our provider, and on the devnet a close tx runs twice: its gas
+    estimate (``Simulate``, rolled back) and then in its block. So ours is the
+    last judgement made while the lease was still ACTIVE within ``within``
+    (a block) of the chain's close; a later one (a retry, a gas estimate
+    after the block) sees it closed and is not a close.
     """
     landed: dict[str, JudgedClose] = {}
-    wanted = set(closed_by_us)
     for c in judge.closes:
-        if c.lease_uuid in wanted and not c.detail.startswith("not active"):
+        at = closed_at.get(c.lease_uuid)
+        if at is not None and not c.detail.startswith("not active") and abs(c.at - at) <= within:
             landed[c.lease_uuid] = c
     return landed

@@ -396,11 +396,14 @@ def judge_run(
     grace, slack = s.credit_check_zero_grace_period, config.devnet.block_time + SLACK
     # Wrong closures: ours of a lease with credit (by the chain's test, or counting the tenant's other
     # leases' dues, the sidecar's rule), or of a lease whose tenant had credit all along.
-    closed_by_us = {
-        lease.uuid for lease in model.all_leases()
-        if lease.uuid in kind and lease.state == "CLOSED" and lease.closure_reason == s.closure_reason
+    chain_closed_at = {
+        lease.uuid: lease.closed_at for lease in model.all_leases()
+        if lease.uuid in kind and lease.state == "CLOSED" and lease.closed_at is not None
     }
-    landed = landed_closes(judge, closed_by_us)
+    # Within three blocks: the block's run of a close is judged when the block is cut, a little after
+    # its block time on an accelerated clock.
+    landed = landed_closes(judge, chain_closed_at, 3 * config.devnet.block_time)
+    closed_by_us = set(landed)
     wrong = [c for c in landed.values() if not c.exhausted and not c.gone_counting_others]
     for c in wrong:
         details.append(f"closed with credit: {c.lease_uuid} ({kind.get(c.lease_uuid)}, tenant "

@@ -85,14 +85,16 @@ def test_lateness_tells_late_from_on_time_and_from_the_chains_own_closes() -> No
 
 
 def test_the_close_that_landed_is_the_last_judged_while_the_lease_was_active() -> None:
-    def judged(uuid: str, minute: int, exhausted: bool, detail: str = "umfx: ...") -> JudgedClose:
-        return JudgedClose(uuid, T0 + minute * MIN, exhausted, False, detail)
+    def judged(uuid: str, seconds: int, exhausted: bool, detail: str = "umfx: ...") -> JudgedClose:
+        return JudgedClose(uuid, T0 + timedelta(seconds=seconds), exhausted, False, detail)
 
-    # Its gas estimate (rolled back) with credit, then the block's run exhausted, then a retry
-    # that finds it closed; another lease simulated but never closed on the chain.
+    # a: its gas estimate (rolled back) with credit, then the block's run exhausted, then a retry
+    # that finds it closed. b: a close of ours asked an hour before the chain closed it by itself.
+    # c: simulated, never closed.
     judge = SimpleNamespace(closes=[
-        judged("a", 0, False), judged("a", 1, True), judged("a", 2, False, "not active (CLOSED)"),
-        judged("b", 3, False),
+        judged("a", 0, False), judged("a", 4, True), judged("a", 6, False, "not active (CLOSED)"),
+        judged("b", 0, False), judged("c", 0, False),
     ])
-    landed = landed_closes(judge, {"a"})  # type: ignore[arg-type]
-    assert list(landed) == ["a"] and landed["a"].exhausted and landed["a"].at == T0 + MIN
+    closed = {"a": T0 + timedelta(seconds=5), "b": T0 + timedelta(hours=1)}
+    landed = landed_closes(judge, closed, timedelta(seconds=5))  # type: ignore[arg-type]
+    assert list(landed) == ["a"] and landed["a"].exhausted and landed["a"].at == T0 + timedelta(seconds=4)
