@@ -15,6 +15,10 @@ real chain's arithmetic, ``actors.credit_rule``):
   it says (it never clears a grace window, never counts as credit back).
   A closure carries its read's height, and the chain actor closes nothing on
   a read further behind the chain than ``max_node_lag`` (``actors.closures``).
+- A read whose balance fell more than the tenant's leases could have spent
+  since the last accepted read (``actors.credit_drop``) is taken as a failed
+  read, with an early re-check; the next read that says the same is believed
+  (a lease created and closed between two reads is seen by neither).
 - A failed credit read never closes anything. It counts in
   ``consecutive_errs``; from ``credit_check_error_threshold`` failures in a
   row the tenant asks for an early re-check after
@@ -41,6 +45,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from actors.credit_drop import SpendReference, implausible_drop, reference
 from actors.credit_rule import LeaseCredit, judge
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
@@ -122,6 +127,10 @@ class TenantCredit:
         self._lease_changes = 0
         #: the highest height a read of this tenant was answered at (0: none known)
         self.read_height = 0
+        #: the last accepted read, which bounds how far the next can fall; in memory only
+        self._reference: SpendReference | None = None
+        #: the last read fell too far and was taken as failed: the next that falls as far is believed
+        self._doubted = False
 
     def _leases_changed(self) -> None:
         self._charged = self._sorted = None
@@ -170,8 +179,11 @@ class TenantCredit:
         if isinstance(message, CreditRead):
             if 0 < message.height < self.read_height:
                 self._on_read_failed(self._stale(message), now, out)
+            elif (doubt := self._doubt(message, now)) is not None:
+                self._on_read_failed(doubt, now, out, recheck=True)
             else:
                 self.read_height = max(self.read_height, message.height)
+                self._reference = reference(message.account, message.leases, now)
                 self._on_read(message, now, out)
         elif isinstance(message, CreditReadFailed):
             self._on_read_failed(message, now, out)
@@ -283,7 +295,22 @@ class TenantCredit:
             transient=True,
         ))
 
-    def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
+    def _doubt(self, message: CreditRead, now: datetime) -> CreditReadFailed | None:
+        """A read that fell further than its leases could spend, the first time: a failed read, saying why."""
+        why = implausible_drop(self._reference, message.account, message.leases, now) if self._reference else None
+        if why is None or self._doubted:
+            self._doubted = False  # believed: a second read that fell as far, or one that did not fall
+            return None
+        self._doubted = True
+        return CreditReadFailed(message.cycle, ChainFailure(
+            "credit_read",
+            f"implausible read at height {message.height}: {why}; taken as a failed read, "
+            "believed if the next read says the same",
+            transient=True,
+        ))
+
+    def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect], recheck: bool = False) -> None:
+        """``recheck``: ask for the early re-check even below the error threshold (a read to confirm)."""
         s = self.settings
         self.consecutive_errs += 1
         if self.consecutive_errs >= s.credit_check_error_threshold:
@@ -292,11 +319,13 @@ class TenantCredit:
                 f"tenant {self.tenant}: {self.consecutive_errs} failed credit reads in a row "
                 f"({message.error.message}); nothing closed, re-check at {_when(self.recheck_at)}"
             )
-        elif self.zero_since is not None:
-            # Keep the grace window's re-checks going through a failed read.
+        elif self.zero_since is not None or recheck:
+            # Keep the grace window's re-checks going through a failed read;
+            # or confirm a read that could not be believed at once.
             self.recheck_at = now + s.credit_check_retry_interval
+            during = " during the grace window" if self.zero_since is not None else ""
             text = (
-                f"tenant {self.tenant}: credit read failed during the grace window ({message.error.message}); "
+                f"tenant {self.tenant}: credit read failed{during} ({message.error.message}); "
                 f"re-check at {_when(self.recheck_at)}"
             )
         else:

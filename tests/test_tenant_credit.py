@@ -313,8 +313,9 @@ def test_a_lease_known_only_from_its_event_is_judged_on_the_details_the_read_bri
     m.handle(LeaseOpened(opened), T0)
     out = m.handle(CreditRead(1, CreditAccount("t", (Coin("umfx", 1000),)), leases=(full,)), T0)
     assert verdict(out).depletion_at == T0 + timedelta(seconds=1000) and m.leases["l-new"] == full
-    m.handle(CreditRead(2, CreditAccount("t", ()), leases=(full,)), T0)
-    (req,) = sent(m.handle(CreditRead(3, CreditAccount("t", ()), leases=(full,)), T0 + S.credit_check_zero_grace_period), CloseRequested)
+    dry = T0 + timedelta(seconds=1000)  # its 1,000 umfx spent, at 1 a second
+    m.handle(CreditRead(2, CreditAccount("t", ()), leases=(full,)), dry)
+    (req,) = sent(m.handle(CreditRead(3, CreditAccount("t", ()), leases=(full,)), dry + S.credit_check_zero_grace_period), CloseRequested)
     assert req.lease_uuids == ("l-new",)
 
 

@@ -1,0 +1,90 @@
+"""Whether a credit read's balances could be true: no balance falls faster than its leases spend.
+
+A tenant's credit leaves its account only when a lease of the tenant
+settles (no message moves credit out otherwise), and a lease settles at
+most its locked rate for each second since it last settled. So from one
+accepted read to the next, a denom's raw balance can fall by at most what
+every lease of the tenant had accrued unsettled at the first read, plus
+what they accrue since. A read that falls further is a node's mistake (one
+serving a state it has not filled in answers every balance zero while it
+says it is synced): taken as fact, two of them a grace window apart closed
+the leases of a tenant holding 10^15 umfx in a fault run.
+
+A lease created and closed entirely between two reads is seen by neither,
+so a fall beyond the bound can still be true: the monitor takes it as a
+failed read once and believes the next read that says the same
+(``actors.tenant_credit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Sequence
+
+from messages.chain import CreditAccount, Lease
+from messages.coins import coins_to_dict
+
+__all__ = ["SpendReference", "implausible_drop", "reference"]
+
+SECOND = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class SpendReference:
+    """An accepted read: its balances, and what its leases could still draw from them."""
+
+    at: datetime
+    balances: dict[str, int]
+    #: accrued and not yet settled at ``at``, per denom, over every lease of the read
+    unsettled: dict[str, int]
+    #: accrual per second, per denom, over every lease of the read
+    rates: dict[str, int]
+
+
+def _seconds_up(span: timedelta) -> int:
+    """Whole seconds, rounded up: the chain may carry a fraction of a second (current)."""
+    return max(0, -(-span // SECOND))
+
+
+def _rates(leases: Sequence[Lease]) -> dict[str, int]:
+    rates: dict[str, int] = {}
+    for lease in leases:
+        for denom, rate in lease.rate_per_second().items():
+            rates[denom] = rates.get(denom, 0) + rate
+    return rates
+
+
+def reference(account: CreditAccount, leases: Sequence[Lease], now: datetime) -> SpendReference | None:
+    """The read at ``now`` as the reference for the next; None when a lease's last settlement is unknown."""
+    unsettled: dict[str, int] = {}
+    for lease in leases:
+        if lease.last_settled_at is None:
+            return None  # what it owes is unknown: no bound
+        seconds = _seconds_up(now - lease.last_settled_at) + 1
+        for denom, rate in lease.rate_per_second().items():
+            unsettled[denom] = unsettled.get(denom, 0) + rate * seconds
+    return SpendReference(now, coins_to_dict(account.balances), unsettled, _rates(leases))
+
+
+def implausible_drop(ref: SpendReference, account: CreditAccount, leases: Sequence[Lease], now: datetime) -> str | None:
+    """Why the read at ``now`` cannot be true, or None: the first denom whose balance fell
+    more than every lease of either read could have spent since ``ref``."""
+    balances = coins_to_dict(account.balances)
+    rates = _rates(leases)
+    seconds = _seconds_up(now - ref.at) + 1
+    for denom, before in sorted(ref.balances.items()):
+        after = balances.get(denom, 0)
+        fall = before - after
+        if fall <= 0:
+            continue
+        # A lease of either read: one that ended since (its last settlement
+        # counted in ``unsettled``) or one that began (at most ``seconds`` old).
+        rate = ref.rates.get(denom, 0) + rates.get(denom, 0)
+        most = ref.unsettled.get(denom, 0) + rate * seconds
+        if fall > most:
+            return (
+                f"balance of {denom} fell from {before} to {after} in {seconds} s, more than the "
+                f"tenant's leases could spend ({most} at most)"
+            )
+    return None
