@@ -34,6 +34,7 @@ from chain.model import BillingModel  # noqa: E402
 from chain.model_client import ModelChainClient  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
+from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from messages.credit import CreditRead, LeasesSynced  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
@@ -59,12 +60,12 @@ def main() -> int:
 
     clock = ManualClock(utc(2026, 3, 1))
     model = BillingModel(clock)
-    model.register_provider(PROVIDER, "manifest1provider")
-    tenants = [f"manifest1tenant{i:05d}" for i in range(args.tenants)]
+    model.register_provider(PROVIDER, demo_address("bench/provider"))
+    tenants = [demo_address(f"bench/tenant{i:05d}") for i in range(args.tenants)]
     for t in tenants:
         model.fund_credit(t, [Coin("umfx", 10**9)])
         model.create_lease(t, PROVIDER, [LeaseItem("sku", 1, Coin("umfx", 1))])
-    client = ModelChainClient(model, PROVIDER, "manifest1provider")
+    client = ModelChainClient(model, PROVIDER, demo_address("bench/provider"))
     latency = args.latency_ms / 1000
     for op in ("credit_account", "credit_estimate", "active_leases_by_provider"):
         client.faults.latency(op, latency)

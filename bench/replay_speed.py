@@ -61,6 +61,7 @@ from chain.model import BillingModel  # noqa: E402
 from chain.model_client import ModelChainClient  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
+from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from replay.config import replay_config  # noqa: E402
 from replay.engine import Divergence, Replayer, _collect_less, is_replayed, replayed_for  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
@@ -81,13 +82,13 @@ def make_capture(directory: str) -> tuple[list[str], float]:
     config = load_config(overrides={"scheduler": {"withdraw_interval": "10m", "credit_check_interval": "1m"},
                                     "ledger": {"path": ""}})
     model = BillingModel(clock)
-    model.register_provider(PROVIDER, "manifest1provider")
+    model.register_provider(PROVIDER, demo_address("bench/provider"))
     for i in range(TENANTS):
-        tenant = f"manifest1tenant{i:05d}"
+        tenant = demo_address(f"bench/tenant{i:05d}")
         model.fund_credit(tenant, [Coin("umfx", 10**12 + i), Coin("upwr", 10**9)])
         for price in (1 + i % 7, 3):
             model.create_lease(tenant, PROVIDER, [LeaseItem("sku-1", 1, Coin("umfx", price))])
-    client = ModelChainClient(model, PROVIDER, "manifest1provider")
+    client = ModelChainClient(model, PROVIDER, demo_address("bench/provider"))
     client.faults.fail_rate("credit_account", 0.05)
     writer = CaptureWriter(CaptureSettings(directory=directory), clock_now=clock.now, config=config).open()
     dispatcher = ManualDispatcher(clock.now, tap=writer)
@@ -189,7 +190,7 @@ def main() -> int:
                     divergences.append(event)
 
         def replay_one_tenant() -> None:
-            focus = replayed_for("manifest1tenant00007")
+            focus = replayed_for(demo_address("bench/tenant00007"))
             for event in Replayer(build_core, replayed=focus).replay(CaptureReader(paths, file_parts=True)):
                 if isinstance(event, Divergence):
                     divergences.append(event)

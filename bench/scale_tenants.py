@@ -44,6 +44,7 @@ from chain.model import BillingModel  # noqa: E402
 from chain.model_client import ModelChainClient  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
+from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ThreadedDispatcher  # noqa: E402
@@ -89,12 +90,12 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     tune_gc()  # as run.py does; the same for both modes
     clock = ManualClock(utc(2026, 3, 1))
     model = BillingModel(clock)
-    model.register_provider(PROVIDER, "manifest1provider")
-    model.register_provider(OTHER, "manifest1other")
+    model.register_provider(PROVIDER, demo_address("bench/provider"))
+    model.register_provider(OTHER, demo_address("bench/other"))
     item = [LeaseItem("sku", 1, Coin("umfx", 1))]
     exhausted = set(range(0, tenants, 100))  # 1%: credit used up by another provider
     for i in range(tenants):
-        t = f"manifest1tenant{i:06d}"
+        t = demo_address(f"bench/tenant{i:06d}")
         model.fund_credit(t, [Coin("umfx", 10**12 if i not in exhausted else 10)])
         for _ in range(per_tenant):
             model.create_lease(t, PROVIDER, item)
@@ -104,7 +105,7 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     settings = load_config(
         overrides={"scheduler": {"credit_check_zero_grace_period": "0s", "cycle_timeout": "1h"}}
     ).scheduler
-    client = TimedClient(model, PROVIDER, "manifest1provider", withdraw_limit=100)
+    client = TimedClient(model, PROVIDER, demo_address("bench/provider"), withdraw_limit=100)
     dispatcher = ThreadedDispatcher(clock.now, workers=2)
     router_holder: dict[str, Router] = {}
 
@@ -137,13 +138,14 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
 
     # spawn alone: time to start N monitors and have each handle one message
     core = sidecar.scheduler_core
-    spawn_started = time.perf_counter()
     from messages.credit import LeasesSynced
+
+    spawn_tenants = [demo_address(f"bench/spawn{i:06d}") for i in range(tenants)]  # made before the clock starts
+    spawn_started = time.perf_counter()
 
     extra_router = sidecar.router
     refs = []
-    for i in range(tenants):
-        tenant = f"manifest1spawn{i:06d}"
+    for tenant in spawn_tenants:
         if mode == "threaded":
             ref = start_threaded(tenant)
         else:
