@@ -30,7 +30,7 @@ retires it when the last lease is gone.
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -531,7 +531,7 @@ class SchedulerDecisions:
             tenant = self._tenant_of(ev.lease_uuid)
             if tenant is None:
                 return self.lease_reads.ask((ev.lease_uuid,))  # the books learn it from the read
-            ev = dataclasses.replace(ev, tenant=tenant)
+            ev = msgspec.structs.replace(ev, tenant=tenant)
         if ours:
             out.append(Send(LEDGER, LeaseEventRecorded(now, ev)))
             if ev.kind == "acknowledged" or ev.kind in ENDING_KINDS:

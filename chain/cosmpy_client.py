@@ -56,7 +56,7 @@ here, at most ``max_tx_retries`` times; everything else goes to the caller.
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 import hashlib
 import logging
 import math
@@ -504,7 +504,7 @@ class CosmpyChainClient:
             )
             r = self._query(op, self._billing.CreditAccount, request)
             page = self._decoded(op, lambda: credit_account_from_proto(tenant, r))
-            account = page if account is None else dataclasses.replace(
+            account = page if account is None else msgspec.structs.replace(
                 account,
                 balances=add_coins(account.balances, page.balances),
                 available_balances=add_coins(account.available_balances, page.available_balances),
@@ -755,7 +755,7 @@ class CosmpyChainClient:
                     raise self._tx_error(operation, included, included_at=included.height)
                 done = self._included(operation, txhash, included)
                 assert done.cost is not None
-                return replace(done, cost=replace(
+                return replace(done, cost=msgspec.structs.replace(
                     done.cost,
                     sequence_retries=resigned[SDK_SEQUENCE_MISMATCH],
                     out_of_gas_retries=resigned[SDK_OUT_OF_GAS],

@@ -9,10 +9,9 @@ makes a run replayable without a chain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 from messages.ledger import WithdrawLookupOpened
 
@@ -44,9 +43,7 @@ __all__ = [
 
 
 # -- requests to the ChainActor ---------------------------------------------------
-@message("withdraw_requested")
-@dataclass(frozen=True, slots=True)
-class WithdrawRequested:
+class WithdrawRequested(Message, tag="withdraw_requested"):
     cycle: int
     #: Leases near the end of their credit, to be withdrawn each in a tx of
     #: its own where leases go by name: what a v2.1.0 auto-close in a named
@@ -54,34 +51,26 @@ class WithdrawRequested:
     alone: tuple[str, ...] = ()
 
 
-@message("flush_closures")
-@dataclass(frozen=True, slots=True)
-class FlushClosures:
+class FlushClosures(Message, tag="flush_closures"):
     """The check of ``cycle`` is over: send the closures requested during it."""
 
     cycle: int
 
 
-@message("retry_withdraw_page")
-@dataclass(frozen=True, slots=True)
-class RetryWithdrawPage:
+class RetryWithdrawPage(Message, tag="retry_withdraw_page"):
     cycle: int
     page: int
     attempt: int
 
 
 # -- calls to chain-io and their answers --------------------------------------------
-@message("withdrawable_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawableCall:
+class WithdrawableCall(Message, tag="withdrawable_call"):
     """Is anything due? (``ChainClient.provider_withdrawable``), asked before a paid withdraw."""
 
     cycle: int
 
 
-@message("withdrawable_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawableAnswered:
+class WithdrawableAnswered(Message, tag="withdrawable_answered"):
     """``due``: what is due (``()``: nothing at all); None with no error: the node cannot tell."""
 
     cycle: int
@@ -89,9 +78,7 @@ class WithdrawableAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_leases_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawLeasesCall:
+class WithdrawLeasesCall(Message, tag="withdraw_leases_call"):
     """One named ``MsgWithdraw`` of these leases, as page ``page`` of the cycle; answered like a page."""
 
     cycle: int
@@ -100,18 +87,14 @@ class WithdrawLeasesCall:
     lease_uuids: tuple[str, ...]
 
 
-@message("withdraw_page_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawPageCall:
+class WithdrawPageCall(Message, tag="withdraw_page_call"):
     cycle: int
     page: int
     attempt: int
     key: bytes
 
 
-@message("withdraw_tx_signed")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxSigned:
+class WithdrawTxSigned(Message, tag="withdraw_tx_signed"):
     """chain-io, during a ``WithdrawPageCall``: the page's tx is signed, with this hash, and goes out now.
 
     Told before the call answers, so that the books hold the hash while the
@@ -126,9 +109,7 @@ class WithdrawTxSigned:
     tx_hash: str
 
 
-@message("withdraw_page_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawPageAnswered:
+class WithdrawPageAnswered(Message, tag="withdraw_page_answered"):
     cycle: int
     page: int
     attempt: int
@@ -136,9 +117,7 @@ class WithdrawPageAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_tx_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxCall:
+class WithdrawTxCall(Message, tag="withdraw_tx_call"):
     """Look up what a withdraw tx of unknown outcome applied (``ChainClient.withdraw_outcome``)."""
 
     cycle: int
@@ -147,9 +126,7 @@ class WithdrawTxCall:
     attempt: int
 
 
-@message("withdraw_tx_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxAnswered:
+class WithdrawTxAnswered(Message, tag="withdraw_tx_answered"):
     """``result``: the page the tx applied; neither it nor ``error``: no node knows the tx (yet)."""
 
     cycle: int
@@ -160,9 +137,7 @@ class WithdrawTxAnswered:
     error: ChainFailure | None = None
 
 
-@message("close_tx_call")
-@dataclass(frozen=True, slots=True)
-class CloseTxCall:
+class CloseTxCall(Message, tag="close_tx_call"):
     """Look up what a close tx of unknown outcome applied (``ChainClient.close_outcome``)."""
 
     tx_hash: str
@@ -170,9 +145,7 @@ class CloseTxCall:
     attempt: int
 
 
-@message("close_tx_answered")
-@dataclass(frozen=True, slots=True)
-class CloseTxAnswered:
+class CloseTxAnswered(Message, tag="close_tx_answered"):
     """``result``: what the tx closed; neither it nor ``error``: no node knows the tx (yet)."""
 
     tx_hash: str
@@ -182,34 +155,26 @@ class CloseTxAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_lookups_restored")
-@dataclass(frozen=True, slots=True)
-class WithdrawLookupsRestored:
+class WithdrawLookupsRestored(Message, tag="withdraw_lookups_restored"):
     """At start: the withdraw txs a previous run was still looking up (from the ledger)."""
 
     lookups: tuple[WithdrawLookupOpened, ...]
 
 
-@message("active_leases_call")
-@dataclass(frozen=True, slots=True)
-class ActiveLeasesCall:
+class ActiveLeasesCall(Message, tag="active_leases_call"):
     """Answered with ``messages.scheduler.ActiveLeasesRead`` to ``reply_to``."""
 
     cycle: int
     reply_to: str
 
 
-@message("lease_call")
-@dataclass(frozen=True, slots=True)
-class LeaseCall:
+class LeaseCall(Message, tag="lease_call"):
     """Read one lease, in any state; answered with ``messages.scheduler.LeaseRead`` to the scheduler."""
 
     lease_uuid: str
 
 
-@message("credit_call")
-@dataclass(frozen=True, slots=True)
-class CreditCall:
+class CreditCall(Message, tag="credit_call"):
     """Read one tenant's credit (account + its ACTIVE leases of every provider).
 
     Answered to the tenant's actor with ``CreditRead`` or ``CreditReadFailed``.
@@ -219,9 +184,7 @@ class CreditCall:
     tenant: str
 
 
-@message("credit_reads_call")
-@dataclass(frozen=True, slots=True)
-class CreditReadsCall:
+class CreditReadsCall(Message, tag="credit_reads_call"):
     """Read the credit of every tenant listed: one message per cycle, not one per tenant.
 
     Each tenant's actor gets its own ``CreditRead`` or ``CreditReadFailed``.
@@ -231,9 +194,7 @@ class CreditReadsCall:
     tenants: tuple[str, ...]
 
 
-@message("node_status_call")
-@dataclass(frozen=True, slots=True)
-class NodeStatusCall:
+class NodeStatusCall(Message, tag="node_status_call"):
     """Answered with ``NodeStatusAnswered`` to ``reply_to``: the chain actor before closing, or ``health``."""
 
     round: int
@@ -241,26 +202,20 @@ class NodeStatusCall:
     reply_to: str = "chain"
 
 
-@message("node_status_answered")
-@dataclass(frozen=True, slots=True)
-class NodeStatusAnswered:
+class NodeStatusAnswered(Message, tag="node_status_answered"):
     round: int
     status: NodeStatus | None = None
     error: ChainFailure | None = None
 
 
-@message("close_batch_call")
-@dataclass(frozen=True, slots=True)
-class CloseBatchCall:
+class CloseBatchCall(Message, tag="close_batch_call"):
     round: int
     batch: int
     lease_uuids: tuple[str, ...]
     reason: str
 
 
-@message("close_batch_answered")
-@dataclass(frozen=True, slots=True)
-class CloseBatchAnswered:
+class CloseBatchAnswered(Message, tag="close_batch_answered"):
     round: int
     batch: int
     lease_uuids: tuple[str, ...]
@@ -268,9 +223,7 @@ class CloseBatchAnswered:
     error: ChainFailure | None = None
 
 
-@message("lease_check_call")
-@dataclass(frozen=True, slots=True)
-class LeaseCheckCall:
+class LeaseCheckCall(Message, tag="lease_check_call"):
     """Which of ``lease_uuids`` are still active (after a batch failed on one)."""
 
     round: int
@@ -278,9 +231,7 @@ class LeaseCheckCall:
     lease_uuids: tuple[str, ...]
 
 
-@message("lease_check_answered")
-@dataclass(frozen=True, slots=True)
-class LeaseCheckAnswered:
+class LeaseCheckAnswered(Message, tag="lease_check_answered"):
     round: int
     batch: int
     active: tuple[str, ...] = ()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+
 from datetime import timedelta
 
 from actors.effects import Note, Retire, Send, Spawn
@@ -138,7 +140,7 @@ def test_no_leases_clears_state_and_retires_monitors() -> None:
     assert sorted(m.message.lease_uuid for m in msgs(out, LeaseCall)) == ["l1", "l2"]
     out = []
     for uuid, tenant in (("l1", "t1"), ("l2", "t2")):
-        closed = dataclasses.replace(lease(uuid, tenant), state="CLOSED", closed_at=T0)
+        closed = msgspec.structs.replace(lease(uuid, tenant), state="CLOSED", closed_at=T0)
         out += core.handle(LeaseRead(uuid, closed), T0)
     assert sorted(e.tenant for e in out if isinstance(e, Retire)) == ["t1", "t2"]
     assert {m.message.lease_uuid for m in msgs(out, LeaseGone)} == {"l1", "l2"}
@@ -249,12 +251,12 @@ def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_
     core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "", OTHER, "credit_exhausted")), T0)
     assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["x1"] and not msgs(out, WithdrawRequested)
-    closed = dataclasses.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
+    closed = msgspec.structs.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
     out = core.handle(LeaseRead("x1", closed), T0)
     assert msgs(out, WithdrawRequested)
     # the same for a tenant we do not serve: read, and nothing more
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x2", "", OTHER, "credit_exhausted")), T0)
-    out = core.handle(LeaseRead("x2", dataclasses.replace(closed, uuid="x2", tenant="t7")), T0)
+    out = core.handle(LeaseRead("x2", msgspec.structs.replace(closed, uuid="x2", tenant="t7")), T0)
     assert not msgs(out, WithdrawRequested)
 
 
@@ -263,7 +265,7 @@ def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_cl
     core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
     ordinary = LeaseEvent("closed", "x1", "t1", OTHER, by="manifest1someone")
     assert not msgs(core.handle(LeaseEventReceived(ordinary), T0), WithdrawRequested)
-    exhausted = dataclasses.replace(ordinary, by="credit_exhaustion")
+    exhausted = msgspec.structs.replace(ordinary, by="credit_exhaustion")
     assert msgs(core.handle(LeaseEventReceived(exhausted), T0), WithdrawRequested)
 
 
