@@ -382,8 +382,8 @@ def test_file_names_sort_by_run_start_and_part(tmp_path, clock):
     assert len(CaptureReader(writer.paths).files) == len(names)
 
 
-def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, clock):
-    """The same Lease objects in every cycle: each file defines what it refers to."""
+def test_lease_lists_read_back_from_every_rotated_file_on_its_own(tmp_path, clock):
+    """The same Lease objects in every cycle: each file declares the types it holds."""
     leases = tuple(
         Lease(f"lease-{n}", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", n + 1)),))
         for n in range(30)
@@ -409,8 +409,6 @@ def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, 
                 assert isinstance(r, OpaqueDelivery)
             seen.append(r.seq)
     assert seen == list(range(1, 41))
-    # Interning is what keeps the files small: 40 reads of 30 leases in a few files.
-    assert sum(os.path.getsize(p) for p in writer.paths) < 40 * len(encode(leases)) / 4
 
 
 def _capture_files(directory) -> list[str]:
