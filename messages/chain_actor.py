@@ -182,6 +182,9 @@ class CreditCall(Message, tag="credit_call"):
 
     cycle: int
     tenant: str
+    #: Read the tenant's leases from the chain whatever the provider's listing holds
+    #: (its monitor asks, after a ``CreditRead`` with ``leases_listed`` it cannot act on).
+    full: bool = False
 
 
 class CreditReadsCall(Message, tag="credit_reads_call"):

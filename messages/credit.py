@@ -52,6 +52,12 @@ class CreditRead(Message, tag="credit_read"):
     estimate: CreditEstimate | None = None
     #: Every ACTIVE lease of the tenant, ours and other providers'.
     leases: tuple[Lease, ...] = ()
+    #: The leases are ours as the provider's listing had them (``LeasesByProvider``, read
+    #: before the account), not a read of the tenant's own: the account counted no other
+    #: ACTIVE lease, so none was asked for (one call, not two). Read at another time than
+    #: the account, they are good for a verdict of credit to spare only: a tenant whose
+    #: credit looks gone on them, or that is in a grace window, is read again in full.
+    leases_listed: bool = False
 
 
 class CreditReadFailed(Message, tag="credit_read_failed"):
