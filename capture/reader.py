@@ -271,24 +271,7 @@ class _Decoding:
             return out
         if decoder.problems:
             raise _codec_error(path, offset, decoder.problems[0])
-        if kind == KIND_TYPES:
-            if len(value) != 2:
-                raise CorruptRecord(path, offset, "types record is not [5, [...]]")
-            try:
-                decoder.declare(value[1])
-            except CodecError as exc:
-                raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
-            return []
-        if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
-            if len(value) != 2 or type(value[1]) is not dict:
-                raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
-            try:
-                return [_header_record(kind, value[1])]
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a clock speed of 400 digits
-                raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
-        raise NewerCaptureFormat(
-            path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
-        )
+        return _other_record(path, offset, value, decoder.declare)
 
     def _typed_frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         typed = self.typed
@@ -311,27 +294,32 @@ class _Decoding:
             raise CorruptRecord(path, offset, f"malformed record body: {exc}") from None
         if type(value) is not list or not value or type(value[0]) is not int:
             raise CorruptRecord(path, offset, "record body is not [kind, ...]")
-        kind = value[0]
-        if kind == KIND_DELIVERIES:
+        if value[0] == KIND_DELIVERIES:
             raise CorruptRecord(path, offset, "deliveries record is not [0, [...]]")
-        if kind == KIND_TYPES:
-            if len(value) != 2:
-                raise CorruptRecord(path, offset, "types record is not [5, [...]]")
-            try:
-                typed.declare(value[1])
-            except CodecError as exc:
-                raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
-            return []
-        if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
-            if len(value) != 2 or type(value[1]) is not dict:
-                raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
-            try:
-                return [_header_record(kind, _tuples(value[1]))]
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:
-                raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
-        raise NewerCaptureFormat(
-            path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
-        )
+        return _other_record(path, offset, _tuples(value), typed.declare)
+
+
+def _other_record(path: str, offset: int, value: Any, declare: Callable[[Any], None]) -> list[Any]:
+    """A record other than deliveries (``[kind, ...]``): a type table (``declare`` takes it), a header, or refused."""
+    kind = value[0]
+    if kind == KIND_TYPES:
+        if len(value) != 2:
+            raise CorruptRecord(path, offset, "types record is not [5, [...]]")
+        try:
+            declare(value[1])
+        except CodecError as exc:
+            raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
+        return []
+    if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
+        if len(value) != 2 or type(value[1]) is not dict:
+            raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
+        try:
+            return [_header_record(kind, value[1])]
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a clock speed of 400 digits
+            raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
+    raise NewerCaptureFormat(
+        path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
+    )
 
 
 def _tuples(value: Any) -> Any:

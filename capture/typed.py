@@ -38,6 +38,7 @@ from typing import Annotated, Any, Iterable
 import msgspec
 
 from capture.format import DeliveryRecord, OpaqueDelivery
+from capture.wire import type_entry
 from messages.codec import (
     CodecError,
     NewerSchemaVersion,
@@ -215,18 +216,10 @@ class TypedDecoder:
         table = self._table
         new: list[str] = []
         for entry in entries:
-            try:
-                index, name, version, fields = entry
-            except (TypeError, ValueError):
-                raise CodecError("type table entry is not [index, name, version, fields]") from None
-            if (
-                type(index) is not int or type(name) is not str or type(version) is not int
-                or not isinstance(fields, (list, tuple)) or not all(type(f) is str for f in fields)
-            ):
-                raise CodecError(f"malformed type table entry {entry!r:.80}")
+            _, name, version, fields = type_entry(entry)
             if name in table:
                 raise CodecError(f"type {name!r} declared twice in one file")
-            table[name] = (version, tuple(fields))
+            table[name] = (version, fields)
             new.append(name)
         if self._by_name is not None:
             return  # read by name already: it sees the table grow

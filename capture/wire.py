@@ -534,6 +534,24 @@ class _Define:
         self.key = key
 
 
+def type_entry(entry: Any) -> tuple[int, str, int, tuple[str, ...]]:
+    """A ``TYPES`` record's entry ``[index, name, version, [field, ...]]``, checked; raises ``CodecError``."""
+    try:
+        index, name, version, fields = entry
+    except (TypeError, ValueError):
+        raise CodecError("type table entry is not [index, name, version, fields]") from None
+    if (
+        type(index) is not int
+        or not 0 <= index < MAX_TYPES
+        or type(name) is not str
+        or type(version) is not int
+        or not isinstance(fields, (tuple, list))
+        or not all(type(f) is str for f in fields)
+    ):
+        raise CodecError(f"malformed type table entry {entry!r:.80}")
+    return index, name, version, tuple(fields)
+
+
 class CaptureDecoder:
     """Flat capture bodies back to messages, with the type table of the file being read.
 
@@ -633,19 +651,7 @@ class CaptureDecoder:
         if not isinstance(entries, tuple):
             raise CodecError("type table is not a list")
         for entry in entries:
-            try:
-                index, name, version, fields = entry
-            except (TypeError, ValueError):
-                raise CodecError("type table entry is not [index, name, version, fields]") from None
-            if (
-                type(index) is not int
-                or not 0 <= index < MAX_TYPES
-                or type(name) is not str
-                or type(version) is not int
-                or not isinstance(fields, tuple)
-                or not all(type(f) is str for f in fields)
-            ):
-                raise CodecError(f"malformed type table entry {entry!r:.80}")
+            index, name, version, fields = type_entry(entry)
             key = index.to_bytes(2, "big")
             if key in self._types:
                 raise CodecError(f"type index {index} declared twice in one file")
