@@ -22,12 +22,13 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runtime.cli import Parser, UsageError, closed_output_guard, run_guarded  # noqa: E402
+from runtime.cli import Parser, UsageError, closed_output_guard, error_line, run_guarded  # noqa: E402
 from runtime.clock import RealClock  # noqa: E402
 from logs.output import start_log  # noqa: E402
 from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, convert_setting, format_duration, load_config, parse_duration  # noqa: E402
 from runtime.key_material import shown  # noqa: E402
+from runtime.supervision import EXIT_CRASH_LOOP  # noqa: E402
 from runtime.version import sidecar_version  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
 
@@ -112,6 +113,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     done = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: done.set())
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    # A crash loop (runtime.supervision) stops the run like a SIGTERM, and the exit status says so.
+    supervisor = running.supervisor
+    if supervisor is not None:
+        supervisor.on_crash_loop = lambda loop: done.set()
     started = clock.now()
     try:
         running.sidecar.withdraw_once()
@@ -128,7 +133,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         log.info(line)
     log.info(f"tenants watched at the end: {watched}")
+    loop = supervisor.tripped if supervisor is not None else None
+    if loop is not None:
+        log.error(f"stopped: {loop.line()}")
     output.close()
+    if loop is not None:
+        # The last line, after the log's own (its folded repeats): why the service manager restarts it.
+        sys.stderr.write(error_line(f"stopped: {loop.line()}") + "\n")
+        return EXIT_CRASH_LOOP
     return 0
 
 

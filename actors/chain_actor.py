@@ -19,7 +19,7 @@ from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor
-from actors.withdraw_cycle import WithdrawCycle
+from actors.withdraw_cycle import WithdrawCycle, WithdrawResume
 from actors.withdraw_failures import FailingLeases
 from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
@@ -59,13 +59,17 @@ class ChainDecisions:
         self.cursor: bool | None = None
         #: Leases whose withdraw keeps failing, across cycles.
         self.failing = FailingLeases(settings.withdraw_interval)
+        #: Where the next withdraw cycle starts (the last one stopped at the bound there).
+        self.resume = WithdrawResume()
 
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         if isinstance(message, WithdrawRequested):
             if self.withdraw is not None and not self.withdraw.done:
                 busy = ChainFailure("withdraw", f"withdraw cycle {self.withdraw.cycle} still running")
                 return [Send(SCHEDULER, WithdrawFinished(message.cycle, 0, (), 0, (), error=busy))]
-            self.withdraw = WithdrawCycle(message.cycle, self.settings, self.cursor, self.failing, message.alone)
+            self.withdraw = WithdrawCycle(
+                message.cycle, self.settings, self.cursor, self.failing, message.alone, self.resume
+            )
             if self.settings.dry_run:
                 self.withdraw.done = True  # a cycle of no pages: the dry run only reads
                 return dry_run.withdraw(message.cycle)
@@ -84,7 +88,7 @@ class ChainDecisions:
                 return []  # what it signed stays in the books, to be looked up at the next start
             was_done = w.done
             out = w.answered(message, now)
-            self.cursor = w.cursor
+            self.cursor, self.resume = w.cursor, w.resume
             closed, recorded = self.lookups.settled(message)
             out += closed
             error = message.error
@@ -146,12 +150,42 @@ class ChainDecisions:
             return out
         raise TypeError(f"ChainActor cannot handle {type(message).__name__}")
 
+    #: Messages that are steps of the withdraw cycle they name (``cycle``).
+    _WITHDRAW_STEPS = (WithdrawRequested, WithdrawableAnswered, ActiveLeasesRead, WithdrawPageAnswered, RetryWithdrawPage)
+    #: Messages that are steps of the closure round they name (``round``).
+    _ROUND_STEPS = (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)
+
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: end the withdraw cycle or closure round it was a step of.
+
+        Left as it was, the cycle would wait for good for an answer it
+        already had: every later withdraw would be refused as "still
+        running", and the scheduler's cycle would only end at its deadline.
+        Ended, the scheduler hears of it at once (a passing failure: the
+        next cycle withdraws again) and the tenants whose closes were in
+        the round re-check and ask again.
+        """
+        failure = ChainFailure(
+            "chain", f"an internal error handling {type(message).__name__} ended it (see the log)", transient=True
+        )
+        w = self.withdraw
+        if isinstance(message, self._WITHDRAW_STEPS) and w is not None and not w.done and message.cycle == w.cycle:
+            return [Note(
+                f"withdraw cycle {w.cycle} ended: {failure.message}",
+                event="withdraw_cycle_failed", fields=(("cycle", w.cycle),), level="warning",
+            )] + w.abort(failure)
+        if isinstance(message, self._ROUND_STEPS):
+            rnd = self.rounds.pop(message.round, None)
+            if rnd is not None and not rnd.finished:
+                return rnd.abort(failure, now)
+        return []
+
     def _in_cycle(self, cycle: int, step: Callable[[WithdrawCycle], list[Effect]]) -> list[Effect]:
         w = self.withdraw
         if w is None or w.cycle != cycle:
             return []  # an answer for a cycle that is over
         out = step(w)
-        self.cursor = w.cursor
+        self.cursor, self.resume = w.cursor, w.resume
         return out
 
     def _look_up_close(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:

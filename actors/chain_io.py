@@ -10,6 +10,19 @@ tenants one at a time; at 2,000 tenants and a few ms per query that is the
 difference between seconds and a minute). Transactions run on one thread:
 one signer, one account sequence, one writer.
 
+Every call is answered, whatever happens (supervision, ``runtime.supervision``):
+
+- a client that answers nothing and raises nothing, or answers something
+  that is not what the call answers (``chain.answers``), has failed: the
+  answer is a ``ChainFailure`` naming the call and what was wrong, like any
+  other failed call;
+- an error in answering (a bug here, or in a client past its own error
+  handling) is reported to the supervisor with the call and its capture
+  sequence number, and the caller still gets a failure (``_FAILED``), so no
+  cycle waits for an answer that will never come. A write that signed a tx
+  before it went wrong says the tx may have been applied, with its hash, so
+  it is looked up rather than sent again.
+
 Tests and replay use ``InlineExecutor``: the call runs at once in the
 handling thread, so a run on the manual dispatcher is deterministic.
 """
@@ -21,8 +34,11 @@ import logging
 import threading
 from typing import Any, Callable, Protocol
 
+import msgspec
+
+from chain.answers import MalformedAnswer, check_answer
 from chain.client import ChainClient
-from chain.errors import failure_from
+from chain.errors import ChainError, failure_from
 from messages.chain import ChainFailure, Lease
 from messages.chain_actor import (
     ActiveLeasesCall,
@@ -45,8 +61,6 @@ from messages.chain_actor import (
     WithdrawTxAnswered,
     WithdrawTxCall,
     WithdrawTxSigned,
-    WithdrawableAnswered,
-    WithdrawableCall,
 )
 from messages.credit import CreditRead, CreditReadFailed
 from messages.scheduler import ActiveLeasesRead, LeaseRead
@@ -139,14 +153,33 @@ class ChainIO(PooledActor):
 
     def _run(self, handler: Callable[[Any], tuple[str, Any]], message: Any, cause: int) -> None:
         self._calling.cause = cause
+        self._calling.signed = []
         try:
-            address, answer = handler(message)
+            try:
+                address, answer = handler(message)
+            except Exception as exc:
+                # Counted and logged with the call's capture sequence, like a
+                # handler's failure; the caller is still answered (the module doc).
+                self.dispatcher.supervisor.failed(self.address, message, cause, exc, what="could not answer")
+                address, answer = _FAILED[type(message)](message, self._bug(message, exc))
             with sending_as(CHAIN_IO, cause):
                 self.router.tell(address, answer)
-        except Exception:
-            logger.exception("chain-io failed to answer %s", type(message).__name__)
+        except Exception as exc:  # not even a failure could be sent (a router that is gone): counted, logged
+            self.dispatcher.supervisor.failed(self.address, message, cause, exc, what="could not send the answer to")
         finally:
             self._done()
+
+    def _bug(self, message: Any, exc: Exception) -> ChainFailure:
+        """The failure a caller gets when answering its call went wrong here."""
+        text = f"chain-io could not answer {type(message).__name__}: {type(exc).__name__}: {exc}"
+        hashes = self._calling.signed
+        if hashes or isinstance(message, CloseBatchCall):
+            # It may have got as far as the chain (a withdraw tells each hash
+            # before it broadcasts; a close cannot): never sent again.
+            return ChainFailure(
+                type(message).__name__, text, transient=True, may_have_committed=True, tx_hash=hashes[-1] if hashes else ""
+            )
+        return ChainFailure(type(message).__name__, text, transient=True)
 
     def _done(self) -> None:
         with self._idle:
@@ -180,18 +213,21 @@ class ChainIO(PooledActor):
         that is 10,000 calls a check, not 20,000.
         """
         to = tenant_address(m.tenant)
-        try:
-            account = self.client.credit_account(m.tenant)
-        except Exception as exc:
-            return to, CreditReadFailed(m.cycle, failure_from(exc, "credit_account"))
+        account, error = _attempt("credit_account", lambda: self.client.credit_account(m.tenant))
+        if error is not None:
+            return to, CreditReadFailed(m.cycle, error)
         listed = None if m.full else self._listed.get(m.tenant)
         if listed is not None and account.active_lease_count == len(listed):
-            return to, CreditRead(m.cycle, account, leases=listed, leases_listed=True)
-        try:
-            leases = self.client.leases_by_tenant(m.tenant)
-        except Exception as exc:
-            return to, CreditReadFailed(m.cycle, failure_from(exc, "leases_by_tenant"))
-        return to, CreditRead(m.cycle, account, leases=leases)
+            # The listing carries no height: the account's stands for the read. Its
+            # leases decide credit to spare only, which closes nothing; anything else
+            # is read again in full, at both parts' heights.
+            return to, CreditRead(m.cycle, account, leases=listed, leases_listed=True, height=account.height)
+        listing, error = _attempt("leases_by_tenant", lambda: self.client.leases_by_tenant(m.tenant))
+        if error is not None:
+            return to, CreditReadFailed(m.cycle, error)
+        # The read is as old as its older part; a part of unknown height makes it unknown.
+        height = min(account.height, listing.height) if account.height and listing.height else 0
+        return to, CreditRead(m.cycle, account, leases=listing.leases, height=height)
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
@@ -209,7 +245,13 @@ class ChainIO(PooledActor):
 
     def _node_status(self, m: NodeStatusCall) -> tuple[str, Any]:
         status, error = _attempt("node_status", self.client.node_status)
-        return m.reply_to, NodeStatusAnswered(m.round, status, error)
+        times = []
+        if status is not None:
+            for height in sorted(set(m.heights)):
+                at, _ = _attempt("block_time", lambda: self.client.block_time(height))
+                if at is not None:  # a block the node cannot tell of stays unknown: the core judges that
+                    times.append((height, at))
+        return m.reply_to, NodeStatusAnswered(m.round, status, error, block_times=tuple(times))
 
     def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
@@ -218,24 +260,52 @@ class ChainIO(PooledActor):
 
     def _signed(self, m: WithdrawPageCall | WithdrawLeasesCall) -> Callable[[str], None]:
         cause = self._calling.cause
+        hashes: list[str] = self._calling.signed
 
         def signed(tx_hash: str) -> None:
+            hashes.append(tx_hash)
             # Before the wait for inclusion: the chain actor has the books remember the tx.
             with sending_as(CHAIN_IO, cause):
                 self.router.tell(CHAIN, WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
 
         return signed
 
+    def _write(self, operation: str, call: Callable[[], Any], signs: bool) -> tuple[Any, ChainFailure | None]:
+        """``_attempt`` for a call that sends a tx: one that went wrong unexplained may have reached the chain.
+
+        No answer, one that cannot be read, or an error of the client's own
+        code rather than a ``ChainError``: nothing says the tx did not go out.
+        With the hash it was signed under it is looked up, never sent again.
+        ``signs``: the client tells each hash before it broadcasts (withdraws
+        do), so a call that told none sent nothing.
+        """
+        try:
+            answer = call()
+            check_answer(operation, answer)
+            return answer, None
+        except Exception as exc:
+            error = failure_from(exc, operation)
+            if error.may_have_committed or not (isinstance(exc, MalformedAnswer) or not isinstance(exc, ChainError)):
+                return None, error
+        hashes = self._calling.signed
+        if signs and not hashes:
+            return None, error
+        return None, msgspec.structs.replace(
+            error, may_have_committed=True, tx_hash=hashes[-1] if hashes else "", transient=True
+        )
+
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
         signed = self._signed(m)
-        page, error = _attempt(
-            "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed)
+        page, error = self._write(
+            "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed), signs=True
         )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _withdraw_leases(self, m: WithdrawLeasesCall) -> tuple[str, Any]:
         signed = self._signed(m)
-        page, error = _attempt("withdraw_leases", lambda: self.client.withdraw_leases(m.lease_uuids, signed=signed))
+        page, error = self._write(
+            "withdraw_leases", lambda: self.client.withdraw_leases(m.lease_uuids, signed=signed), signs=True
+        )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _withdrawable(self, m: WithdrawableCall) -> tuple[str, Any]:
@@ -251,13 +321,37 @@ class ChainIO(PooledActor):
         return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
-        outcome, error = _attempt("close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason))
+        outcome, error = self._write(
+            "close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason), signs=False
+        )
         return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome, error)
 
 
 def _attempt(operation: str, call: Callable[[], Any]) -> tuple[Any, ChainFailure | None]:
-    """(answer, None) or (None, the failure as data): a failed call is an answer too."""
+    """(answer, None) or (None, the failure as data): a failed call is an answer too.
+
+    So is an answer that is none, or not what ``operation`` answers
+    (``chain.answers.check_answer``): the failure says what was wrong.
+    """
     try:
-        return call(), None
+        answer = call()
+        check_answer(operation, answer)
+        return answer, None
     except Exception as exc:
         return None, failure_from(exc, operation)
+
+
+#: Per call: the answer its caller gets when answering it went wrong (``ChainIO._run``).
+_FAILED: dict[type, Callable[[Any, ChainFailure], tuple[str, Any]]] = {
+    CreditCall: lambda m, f: (tenant_address(m.tenant), CreditReadFailed(m.cycle, f)),
+    ActiveLeasesCall: lambda m, f: (m.reply_to, ActiveLeasesRead(m.cycle, (), f)),
+    LeaseCall: lambda m, f: (SCHEDULER, LeaseRead(m.lease_uuid, None, f)),
+    NodeStatusCall: lambda m, f: (m.reply_to, NodeStatusAnswered(m.round, None, f)),
+    LeaseCheckCall: lambda m, f: (CHAIN, LeaseCheckAnswered(m.round, m.batch, (), f)),
+    WithdrawPageCall: lambda m, f: (CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, None, f)),
+    WithdrawLeasesCall: lambda m, f: (CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, None, f)),
+    WithdrawableCall: lambda m, f: (CHAIN, WithdrawableAnswered(m.cycle, None, f)),
+    WithdrawTxCall: lambda m, f: (CHAIN, WithdrawTxAnswered(m.cycle, m.page, m.tx_hash, m.attempt, None, f)),
+    CloseBatchCall: lambda m, f: (CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, None, f)),
+    CloseTxCall: lambda m, f: (CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, None, f)),
+}

@@ -4,9 +4,15 @@ Tenant monitors ask for closures during a check; the chain actor holds them
 until the scheduler says the check is over (``FlushClosures``), then runs one
 *closure round*:
 
-1. Ask the node's status. A node that is catching up, or whose latest block
-   is older than ``max_node_lag``, serves stale balances: nothing is closed,
+1. Ask the node's status, and when the blocks of the reads behind the
+   requests were made. A node that is catching up, or whose latest block is
+   older than ``max_node_lag``, serves stale balances: nothing is closed,
    every tenant is told to try again after ``credit_check_retry_interval``.
+   A request whose read was answered at a height whose block is more than
+   ``max_node_lag`` older than the node's latest (a lagging node behind a
+   load balancer, which says it is synced), or at a height nobody can date
+   (none sent, or a block the node cannot tell of), closes nothing either:
+   it fails as a stale read, and its tenant re-reads and asks again.
 2. Send the leases in batches of at most ``MAX_BATCH_LEASE_SIZE``.
 3. A batch fails whole when one lease is no longer active. Then ask which are
    still active, drop the others (reported as already closed) and send the
@@ -20,12 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from chain.errors import is_lease_gone
 from chain.model import MAX_BATCH_LEASE_SIZE
-from messages.chain import ChainFailure
+from messages.chain import ChainFailure, NodeStatus
 from messages.chain_actor import (
     CloseBatchAnswered,
     CloseBatchCall,
@@ -103,18 +110,57 @@ class CloseRound:
     already_closed: set[str] = field(default_factory=set)
     failed: dict[str, ChainFailure] = field(default_factory=dict)
     finished: bool = False
+    #: the requests whose reads were fresh enough to act on (``_stale``)
+    requests_to_send: list[CloseRequested] = field(default_factory=list)
 
     def begin(self) -> list[Effect]:
-        return [Send(CHAIN_IO, NodeStatusCall(self.round))]
+        heights = tuple(sorted({r.read_height for r in self.requests if r.read_height}))
+        return [Send(CHAIN_IO, NodeStatusCall(self.round, heights=heights))]
+
+    def _stale(self, status: NodeStatus, block_times: dict[int, datetime]) -> list[Effect]:
+        """Fail the requests decided on a read too far behind the chain (or of unknown age); notes saying so."""
+        s = self.settings
+        out: list[Effect] = []
+        kept: list[CloseRequested] = []
+        for r in self.requests:
+            h, problem = r.read_height, ""
+            made = block_times.get(h)
+            if not h:
+                problem = "its read carries no height (the node sent no x-cosmos-block-height)"
+            elif h >= status.latest_block_height:
+                pass  # read at the chain's latest block (or past it, on another node): fresh
+            elif made is None:
+                problem = f"its read was at height {h}, whose block the node could not date"
+            elif status.latest_block_time - made > s.max_node_lag:
+                behind = status.latest_block_time - made
+                problem = (
+                    f"its read was at height {h}, {behind.total_seconds():g}s behind the chain's latest block "
+                    f"(height {status.latest_block_height}), more than max_node_lag {s.max_node_lag.total_seconds():g}s"
+                )
+            if not problem:
+                kept.append(r)
+                continue
+            failure = ChainFailure("credit_read", f"stale read: {problem}; taken as a failed read, nothing closed", transient=True)
+            for u in r.lease_uuids:
+                self.failed[u] = failure
+            out.append(Note(
+                f"closures of tenant {r.tenant} wait: {problem}; a stale read never closes anything, it is read again",
+                r.tenant, event="closures_wait_stale_read", fields=(("read_height", h), ("problem", problem)),
+                level="warning",
+            ))
+        self.requests_to_send = kept
+        return out
 
     def on_status(self, message: NodeStatusAnswered, now: datetime) -> list[Effect]:
         s = self.settings
         status, problem = message.status, ""
         if message.error is not None:
             problem = f"node status unavailable ({message.error.message})"
-        elif status is not None and status.catching_up:
+        elif status is None:
+            problem = "node status unavailable (no answer and no error)"
+        elif status.catching_up:
             problem = f"node is catching up (height {status.latest_block_height})"
-        elif status is not None and now - status.latest_block_time > s.max_node_lag:
+        elif now - status.latest_block_time > s.max_node_lag:
             problem = (
                 f"node's latest block {status.latest_block_time:%Y-%m-%d %H:%M:%S} is older than "
                 f"{s.max_node_lag.total_seconds():g}s"
@@ -126,12 +172,12 @@ class CloseRound:
                     self.failed[u] = failure
             wait = Note(f"closures wait: {problem}", event="closures_wait", fields=(("problem", problem),), level="warning")
             return [wait] + self._finish(now, retry_at=now + s.credit_check_retry_interval)
-        out: list[Effect] = []
-        for i, (reason, leases) in enumerate(plan_batches(self.requests), start=1):
+        out = self._stale(cast(NodeStatus, status), dict(message.block_times))  # not None: checked above
+        for i, (reason, leases) in enumerate(plan_batches(self.requests_to_send), start=1):
             self.batches[i] = _Batch(reason, leases)
             out.append(Send(CHAIN_IO, CloseBatchCall(self.round, i, leases, reason)))
         if not self.batches:
-            return self._finish(now)
+            return out + self._finish(now, retry_at=now + s.credit_check_retry_interval if self.failed else None)
         return out
 
     def on_batch(self, message: CloseBatchAnswered, now: datetime) -> list[Effect]:
@@ -157,12 +203,15 @@ class CloseRound:
             out.append(Send(CHAIN_IO, LeaseCheckCall(self.round, message.batch, message.lease_uuids)))
             return out
         else:
-            assert message.error is not None
+            # No outcome and no error is a failed close too (chain-io says so itself).
+            error = message.error or ChainFailure(
+                "close_leases", "the chain answered no outcome and no error", codespace="protocol", transient=True
+            )
             for u in message.lease_uuids:
-                self.failed[u] = message.error
+                self.failed[u] = error
             batch.done = True
             out.append(Note(
-                f"close batch {message.batch} failed: {message.error.message}",
+                f"close batch {message.batch} failed: {error.message}",
                 event="close_batch_failed", fields=(("leases", len(message.lease_uuids)),), level="warning",
             ))
         return out + self._maybe_finish(now)
@@ -187,6 +236,14 @@ class CloseRound:
             return out
         batch.done = True
         return out + self._maybe_finish(now)
+
+    def abort(self, error: ChainFailure, now: datetime) -> list[Effect]:
+        """End the round where it stands: every lease not yet closed (or found closed) failed with ``error``."""
+        for r in self.requests:
+            for u in r.lease_uuids:
+                if u not in self.closed and u not in self.already_closed:
+                    self.failed.setdefault(u, error)
+        return self._finish(now, retry_at=now + self.settings.credit_check_retry_interval)
 
     def _maybe_finish(self, now: datetime) -> list[Effect]:
         if all(b.done for b in self.batches.values()):

@@ -51,6 +51,7 @@ from messages.ledger import BillingTickDue
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, DeliveryTap, PooledActor, ThreadedDispatcher
 from runtime.router import HEALTH, LEDGER, Router
+from runtime.supervision import Supervisor
 
 __all__ = ["LedgerActor", "LedgerWriter", "start_ledger_writer", "BATCH_MAX"]
 
@@ -235,14 +236,16 @@ def start_ledger_writer(
     *,
     dispatcher: Dispatcher | None = None,
     tap: DeliveryTap | None = None,
+    supervisor: Supervisor | None = None,
 ) -> LedgerWriter:
     """Start the ``ledger`` actor and register it with ``router``.
 
     With no ``dispatcher`` it gets a ``ThreadedDispatcher(workers=1)`` of its
-    own (``tap`` captures its deliveries like the shared dispatcher's).
+    own (``tap`` captures its deliveries like the shared dispatcher's, and
+    ``supervisor`` sees its failures like the other actors').
     """
     owns = dispatcher is None
-    disp = dispatcher or ThreadedDispatcher(clock.now, workers=1, tap=tap)
+    disp = dispatcher or ThreadedDispatcher(clock.now, workers=1, tap=tap, supervisor=supervisor)
     stop = threading.Event()
     ref = LedgerActor.start(disp, ledger, settings, stop, router=router)
     router.add(LEDGER, ref)

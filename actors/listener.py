@@ -23,6 +23,12 @@ Keeping the connection alive:
   a flapping node is not hammered;
 - a malformed frame is counted and logged (the first as a warning, then
   every Nth as an error with the running count), never fatal;
+- an error in handling a frame that is not the frame's fault (a bug in
+  reading or delivering its events) is reported to the supervisor
+  (``runtime.supervision``: logged with the frame, counted, watched for a
+  crash loop) and the frame dropped; the session goes on. An error that
+  escapes the reconnect loop itself is reported the same way and the loop
+  started again, so the listener never ends while the sidecar runs;
 - an error answer for one of our subscriptions (a node cancelling it, e.g.
   for a slow client) ends the connection so that it is re-established and
   reconciled, instead of silently receiving nothing.
@@ -163,6 +169,7 @@ class LeaseEventStream:
         on_subscribed: Callable[[], None],
         *,
         on_lost: Callable[[str, bool], None] | None = None,
+        on_failure: Callable[[Any, BaseException], None] | None = None,
         random: Callable[[], float] = _random.random,
         name: str = "listener",
     ) -> None:
@@ -176,6 +183,8 @@ class LeaseEventStream:
         self.on_events = on_events
         self.on_subscribed = on_subscribed
         self.on_lost = on_lost
+        #: told of each error that is nobody's input (a frame it could not handle, the loop failing)
+        self.on_failure = on_failure
         self.random = random
         self.name = name
         self.stats = ListenerStats()
@@ -227,15 +236,27 @@ class LeaseEventStream:
     def _run_thread(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._main = self._loop.create_task(self._run())
-            self._loop.run_until_complete(self._main)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            logger.exception("%s: websocket thread failed", self.name)
+            while not self._stopping.is_set():
+                try:
+                    self._main = self._loop.create_task(self._run())
+                    self._loop.run_until_complete(self._main)
+                    return
+                except asyncio.CancelledError:
+                    return
+                except Exception as exc:
+                    # Supervised: reported (a crash loop ends the process), then
+                    # the loop starts over after the first backoff.
+                    self._failed("its reconnect loop", exc)
+                    self._stopping.wait(self.settings.backoff_initial.total_seconds())
         finally:
             self.stats.connected = False
             _close_loop(self._loop)
+
+    def _failed(self, what: Any, exc: BaseException) -> None:
+        if self.on_failure is not None:
+            self.on_failure(what, exc)
+        else:
+            logger.error("%s could not handle %s: %s: %s", self.name, what, type(exc).__name__, exc)
 
     # -- the reconnect loop ------------------------------------------------------------
     async def _run(self) -> None:
@@ -356,9 +377,16 @@ class LeaseEventStream:
         self.stats.frames += 1
         try:
             frame = decode_frame(raw)
+            return self._handle_frame(frame)
         except MalformedFrame as exc:
             self._malformed(exc, raw)
             return None
+        except Exception as exc:  # not the frame's fault: supervised, the frame dropped, the session goes on
+            sample = raw[:FRAME_SAMPLE_CHARS]
+            self._failed(f"a frame {sample!r}{'...' if len(raw) > FRAME_SAMPLE_CHARS else ''}", exc)
+            return None
+
+    def _handle_frame(self, frame: Reply | TxFrame) -> Reply | TxFrame:
         if isinstance(frame, TxFrame):
             self.stats.tx_frames += 1
             self.stats.events_skipped += frame.skipped
@@ -422,6 +450,7 @@ class ListenerActor(PooledActor):
             self._deliver,
             self._subscribed,
             on_lost=self._lost,
+            on_failure=self._failed,
             random=random,
             name=LISTENER,
         )
@@ -441,6 +470,9 @@ class ListenerActor(PooledActor):
         with sending_as(LISTENER):
             self.router.tell(SCHEDULER, Reconcile(source=LISTENER))
             self.router.tell(HEALTH, WebsocketSubscribed(self.websocket_url, len(self.stream.queries)))
+
+    def _failed(self, what: Any, exc: BaseException) -> None:
+        self.dispatcher.supervisor.failed(LISTENER, what, 0, exc, what="could not handle")
 
     def _lost(self, reason: str, was_subscribed: bool) -> None:
         with sending_as(LISTENER):

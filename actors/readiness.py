@@ -123,6 +123,14 @@ class Readiness:
             return []  # the months' stages are for the metrics; a tick that ran means nothing is wrong here
         raise TypeError(f"health cannot handle {type(message).__name__}")
 
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: the status checks go on (their timer is set by the handler that failed)."""
+        if isinstance(message, HealthCheckDue):
+            return [Send(HEALTH, HealthCheckDue(), at=now + self.check_interval)]
+        if isinstance(message, NodeStatusAnswered) and message.round == self.in_flight:
+            self.in_flight = None
+        return []
+
     def _check(self, now: datetime) -> list[Effect]:
         out: list[Effect] = [Send(HEALTH, HealthCheckDue(), at=now + self.check_interval)]
         if self.in_flight is None:
@@ -134,12 +142,12 @@ class Readiness:
     def _answered(self, m: NodeStatusAnswered, now: datetime) -> list[Effect]:
         if m.round == self.in_flight:
             self.in_flight = None
-        if m.error is not None:
-            return self._set("chain", False, f"the node does not answer: {m.error.message}", now) + self._set(
+        status = m.status
+        if m.error is not None or status is None:
+            why = m.error.message if m.error is not None else "no status and no error"
+            return self._set("chain", False, f"the node does not answer: {why}", now) + self._set(
                 "node", False, "not known: the node does not answer", now
             )
-        status = m.status
-        assert status is not None
         out = self._set("chain", True, f"the node answers (height {status.latest_block_height})", now)
         lag = now - status.latest_block_time
         if status.catching_up:

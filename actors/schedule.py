@@ -8,7 +8,9 @@ or reconcile that arrives meanwhile runs right after it.
 The next wake is the earliest of (seed 000):
 
 - ``interval``: the paid withdraw is due (``withdraw_interval`` after the last one);
-- ``check``: the credit-check cadence (``credit_check_interval``, when shorter);
+- ``check``: the regular credit check of every tenant is due
+  (``credit_check_interval`` after the start of the last cycle that read
+  them all);
 - ``depletion``: ``depletion_check_buffer`` before the earliest estimated
   depletion, or that long from now if it is already past. This wake
   withdraws whatever the rate limit says: balances only move at settlement,
@@ -22,6 +24,16 @@ The next wake is the earliest of (seed 000):
   doubling to ``credit_check_retry_interval``, with the withdraw if the
   last one failed for a passing reason; rather than an hour's sleep until
   the next withdraw interval.
+
+The three cadences cannot starve one another: the regular check, the paid
+withdraw and the billing tick each keep their own deadline, anchored to
+their own last run (the last full check, the last withdraw, the last tick),
+and nothing else moves it. An early re-check reads only the tenants that
+asked for it, and plans the next wake from those deadlines, never from its
+own time; a re-check that comes when the regular check is due reads every
+tenant. (Anchored to "now" instead, a tenant re-checked every 30 s pushed
+the regular check forward from each re-check: a healthy tenant went 6 hours
+without a read on a 1-hour cadence.)
 
 The scheduler also supervises the tenant monitors: it starts one when a
 tenant first has an active lease with us (chain read or lease event) and
@@ -106,10 +118,18 @@ def next_wake(
     depletion: datetime | None,
     recheck: datetime | None,
     retry: datetime | None = None,
+    check_due: datetime | None = None,
 ) -> tuple[datetime, str]:
-    """When to wake next and why (the earliest candidate; ties go to the first listed)."""
+    """When to wake next and why (the earliest candidate; ties go to the first listed).
+
+    ``check_due``: when the regular credit check is due, from its own last
+    run; without it (a caller that keeps none), ``credit_check_interval``
+    from now when it is shorter than the withdraw interval.
+    """
     candidates: list[tuple[datetime, str]] = [(withdraw_due, "interval")]
-    if settings.check_interval < settings.withdraw_interval:
+    if check_due is not None:
+        candidates.append((max(check_due, now), "check"))
+    elif settings.check_interval < settings.withdraw_interval:
         candidates.append((now + settings.check_interval, "check"))
     if depletion is not None:
         at = depletion - settings.depletion_check_buffer
@@ -141,6 +161,8 @@ class SchedulerDecisions:
         self.cycles_started = 0
         self.started_at: datetime | None = None
         self.last_withdraw_at: datetime | None = None
+        #: the start of the last cycle that had every tenant's credit read: the regular check's anchor
+        self.last_check_at: datetime | None = None
         self.stopped = False
         self.wake_token = 0
         self.wake_at: datetime | None = None
@@ -163,6 +185,34 @@ class SchedulerDecisions:
         if handler is None:
             raise TypeError(f"SchedulerActor cannot handle {type(message).__name__}")
         return handler(self, message, now)
+
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling ``message`` raised: keep the cadence alive.
+
+        A tenant's verdict that could not be taken is asked for again soon
+        (an early re-check: what it said, a depletion or a grace window, is
+        lost), and its check cycle does not wait for it. The wake timer is
+        set at the end of a cycle and the cycle's deadline at its start, each
+        by the handler that failed: whichever was lost is set again (a second
+        deadline for a cycle is harmless: the first to fire ends it, the
+        other finds it gone).
+        """
+        if self.stopped:
+            return []
+        if isinstance(message, TenantChecked):
+            entry = self.tenants.get(message.tenant)
+            if entry is not None:
+                retry = now + self.settings.credit_check_retry_interval
+                entry.recheck_at = min(entry.recheck_at or retry, retry)
+            checking = self._current(message.cycle, "checking")
+            if checking is not None and message.tenant in checking.waiting:
+                checking.waiting.discard(message.tenant)
+                if not checking.waiting:
+                    return self._end_check(now)
+        c = self.cycle
+        if c is not None:
+            return [Send(SCHEDULER, CycleDeadline(c.id), at=now + self.settings.cycle_timeout)]
+        return self._plan_wake(now)  # nothing before the start: the start plans the first wake
 
     # -- control ----------------------------------------------------------------
     def _start(self, message: StartSchedule, now: datetime) -> list[Effect]:
@@ -238,8 +288,10 @@ class SchedulerDecisions:
         # An early re-check that is not also a due withdraw reads only the
         # tenants that asked for it: one tenant's grace window must not cost
         # a credit read of every tenant every 30 s.
+        # When the regular check is due too, every tenant is read (its deadline
+        # is its own: a re-check neither moves nor skips it).
         only = None
-        if reason == "recheck" and not withdraw:
+        if reason == "recheck" and not withdraw and now < self._check_due():
             only = {t for t, e in self.tenants.items() if e.recheck_at is not None and e.recheck_at <= now}
         self.cycles_started += 1
         self.cycle = Cycle(self.cycles_started, reason, withdraw, now)
@@ -333,6 +385,7 @@ class SchedulerDecisions:
         else:
             self.reached, self.unreached_tries, self.retry_at = True, 0, None
             out += self._sync(message.leases, now)
+        self.last_check_at = c.started  # every tenant is read now: the regular check's next deadline runs from here
         return out + self._check(set(self.tenants), now)
 
     def _unreached(self, c: Cycle, error: str, now: datetime) -> Note:
@@ -499,12 +552,21 @@ class SchedulerDecisions:
             return EPOCH
         return base + self.settings.withdraw_interval
 
+    def _check_due(self) -> datetime:
+        """When every tenant's credit is next due a read: ``check_interval`` after the last full check's start."""
+        base = self.last_check_at or self.started_at
+        if base is None:
+            return EPOCH
+        return base + self.settings.check_interval
+
     def _plan_wake(self, now: datetime) -> list[Effect]:
         if self.stopped or self.started_at is None:
             return []
         depletion = min((e.depletion_at for e in self.tenants.values() if e.depletion_at), default=None)
         recheck = min((e.recheck_at for e in self.tenants.values() if e.recheck_at), default=None)
-        at, reason = next_wake(now, self.settings, self._withdraw_due(), depletion, recheck, self.retry_at)
+        at, reason = next_wake(
+            now, self.settings, self._withdraw_due(), depletion, recheck, self.retry_at, check_due=self._check_due()
+        )
         self.wake_token += 1
         self.wake_at = at
         detail = ""

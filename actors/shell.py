@@ -6,6 +6,13 @@ decision lines to the log (``log_decision``: at the note's level, with its
 event, tenant, fields and the decision's time, which ``logs.format``
 writes), and, for the scheduler, starting and stopping tenant monitors. It
 holds no decision of its own.
+
+A core whose ``handle`` raises has the dispatcher report it (logged with
+the message and its capture sequence, counted, the actor goes on). A core
+may also say what to do about it (``recover(message, now)``: the chain
+actor ends the withdraw cycle or the closure round the message belonged
+to, so that no cycle waits for good on a step that will never come);
+the shell carries that out before the failure goes on to the dispatcher.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any, Callable
 
 from actors.effects import Core, Effect, Note, Retire, Send, Spawn
 from runtime.clock import Clock, TimerHandle
-from runtime.dispatch import Dispatcher, PooledActor, delivery_time
+from runtime.dispatch import Dispatcher, PooledActor, current_sender, delivery_time
 from runtime.router import Router
 
 __all__ = ["CoreShell", "CoreActor", "decisions", "start_actor", "log_decision"]
@@ -61,7 +68,22 @@ class CoreShell:
     def on_receive(self, message: Any) -> Any:
         # The delivery's time, as captured: replay decides with the same now.
         now = delivery_time() or self.clock.now()
-        self.apply(self.core.handle(message, now), now, message)
+        try:
+            effects = self.core.handle(message, now)
+        except Exception:
+            self._recover(message, now)
+            raise  # the dispatcher logs it with its capture sequence, counts it, and the actor goes on
+        self.apply(effects, now, message)
+
+    def _recover(self, message: Any, now: datetime) -> None:
+        recover = getattr(self.core, "recover", None)
+        if recover is None:
+            return
+        try:
+            self.apply(recover(message, now), now, message)
+        except Exception as exc:  # reported too; the original failure still goes on to the dispatcher
+            seq = current_sender()[1]  # the delivery being handled
+            self.dispatcher.supervisor.failed(self.address, message, seq, exc, what="could not recover from")  # type: ignore[attr-defined]
 
     def apply(self, effects: list[Effect], now: datetime | None = None, decided_on: Any = None) -> None:
         for effect in effects:

@@ -9,6 +9,12 @@ real chain's arithmetic, ``actors.credit_rule``):
   the way the chain spends credit (reservation-aware on the current chain,
   raw balance on v2.1.0, others' unsettled accrual counted). A read missing
   either part is a failed read (``chain-io`` sends ``CreditReadFailed``).
+- A read is stamped with the height the node answered at. One from below
+  the highest height already read for the tenant (a node further behind
+  than the last one asked) is stale: it is taken as a failed read, whatever
+  it says (it never clears a grace window, never counts as credit back).
+  A closure carries its read's height, and the chain actor closes nothing on
+  a read further behind the chain than ``max_node_lag`` (``actors.closures``).
 - A failed credit read never closes anything. It counts in
   ``consecutive_errs``; from ``credit_check_error_threshold`` failures in a
   row the tenant asks for an early re-check after
@@ -38,7 +44,7 @@ from typing import Any
 from actors.credit_rule import LeaseCredit, judge
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
-from messages.chain import CreditEstimate, Lease
+from messages.chain import ChainFailure, CreditEstimate, Lease
 from messages.chain_actor import CreditCall
 from messages.coins import Coin, coins, coins_to_dict, format_coins
 from messages.credit import (
@@ -115,6 +121,8 @@ class TenantCredit:
         self._sorted: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         #: counts changes to ``leases``, so ``_save`` sees one without copying the keys
         self._lease_changes = 0
+        #: the highest height a read of this tenant was answered at (0: none known)
+        self.read_height = 0
 
     def _leases_changed(self) -> None:
         self._charged = self._sorted = None
@@ -136,6 +144,7 @@ class TenantCredit:
             recheck_at=self.recheck_at,
             closing=self.closing,
             charged_denoms=charged,
+            read_height=self.read_height,
         )
 
     def _restore(self, s: TenantSnapshot) -> None:
@@ -149,6 +158,7 @@ class TenantCredit:
         self.zero_since = s.zero_since
         self.depletion_at = s.depletion_at
         self.recheck_at = s.recheck_at
+        self.read_height = s.read_height
         # A closure in flight when the process died has an unknown outcome:
         # forget it as pending; the next check sees the chain's truth and,
         # with the window kept, closes at once if the leases are still active.
@@ -159,7 +169,11 @@ class TenantCredit:
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         out: list[Effect] = []
         if isinstance(message, CreditRead):
-            self._on_read(message, now, out)
+            if 0 < message.height < self.read_height:
+                self._on_read_failed(self._stale(message), now, out)
+            else:
+                self.read_height = max(self.read_height, message.height)
+                self._on_read(message, now, out)
         elif isinstance(message, CreditReadFailed):
             self._on_read_failed(message, now, out)
         elif isinstance(message, LeasesSynced):
@@ -195,6 +209,20 @@ class TenantCredit:
         self._save(out)
         return out
 
+    def recover(self, message: Any, now: datetime) -> list[Effect]:
+        """Handling a read raised: its check cycle still gets a verdict, a failed read's (nothing closed).
+
+        Without it the cycle would wait for this tenant until its deadline.
+        The tenant asks for the early re-check, as after a failed read.
+        """
+        if not isinstance(message, (CreditRead, CreditReadFailed)):
+            return []
+        self.recheck_at = now + self.settings.credit_check_retry_interval
+        text = f"tenant {self.tenant}: its credit read could not be judged (see the log); nothing closed, re-check at {_when(self.recheck_at)}"
+        out: list[Effect] = [Note(text, self.tenant, event="credit_read_unjudged", level="warning")]
+        self._verdict(message.cycle, out, text)
+        return out
+
     def _drop(self, lease_uuids: tuple[str, ...]) -> None:
         self._leases_changed()
         for u in lease_uuids:
@@ -221,6 +249,7 @@ class TenantCredit:
             self.depletion_at,
             self.recheck_at,
             self.closing,
+            self.read_height,
         )
         if key == self._saved_key:
             return
@@ -246,6 +275,15 @@ class TenantCredit:
             self._charged = denoms
         return self._charged
 
+    def _stale(self, message: CreditRead) -> CreditReadFailed:
+        """A read from below a height already read: a failed read, saying why."""
+        return CreditReadFailed(message.cycle, ChainFailure(
+            "credit_read",
+            f"stale read: answered at height {message.height}, below height {self.read_height} already read "
+            "for this tenant (a node further behind); taken as a failed read, whatever it says",
+            transient=True,
+        ))
+
     def _on_read_failed(self, message: CreditReadFailed, now: datetime, out: list[Effect]) -> None:
         s = self.settings
         self.consecutive_errs += 1
@@ -258,10 +296,16 @@ class TenantCredit:
         elif self.zero_since is not None:
             # Keep the grace window's re-checks going through a failed read.
             self.recheck_at = now + s.credit_check_retry_interval
-            text = f"tenant {self.tenant}: credit read failed during the grace window; re-check at {_when(self.recheck_at)}"
+            text = (
+                f"tenant {self.tenant}: credit read failed during the grace window ({message.error.message}); "
+                f"re-check at {_when(self.recheck_at)}"
+            )
         else:
             self.recheck_at = None
-            text = f"tenant {self.tenant}: credit read failed ({self.consecutive_errs} in a row); nothing closed"
+            text = (
+                f"tenant {self.tenant}: credit read failed ({self.consecutive_errs} in a row); nothing closed "
+                f"({message.error.message})"
+            )
         fields = self._fields() + (("error", message.error.message),)
         out.append(Note(text, self.tenant, event="credit_read_failed", fields=fields, level="warning"))
         self._verdict(message.cycle, out, text)
@@ -285,7 +329,11 @@ class TenantCredit:
         gone = [v for v in verdicts if v.gone]
         self.last_balances, self.last_sample_at = balances, now
         closing: tuple[str, ...] = ()
+        #: a re-check inside a grace window already told: its line is for --log-level debug
+        level = "info"
         if gone:
+            if self.zero_since is not None:
+                level = "debug"
             if self.zero_since is None:
                 self.zero_since = now
             window_end = self.zero_since + s.credit_check_zero_grace_period
@@ -299,6 +347,7 @@ class TenantCredit:
             why = _why(gone)
             if now >= window_end and to_close:
                 closing = tuple(sorted(v.lease_uuid for v in to_close))
+                level = "info"
                 self.closing = self.closing + closing
                 self._closing_cycle = message.cycle
                 self.recheck_at = now + s.credit_check_retry_interval
@@ -306,7 +355,9 @@ class TenantCredit:
                     f"tenant {self.tenant}: credit gone since {_when(self.zero_since)} for the whole "
                     f"grace window; closing {len(closing)} lease(s) by the {gone[0].rule}: {_why(to_close)}"
                 )
-                out.append(Send(CHAIN, CloseRequested(message.cycle, self.tenant, closing, s.closure_reason)))
+                out.append(Send(CHAIN, CloseRequested(
+                    message.cycle, self.tenant, closing, s.closure_reason, read_height=message.height
+                )))
             elif self.closing:
                 self.recheck_at = now + s.credit_check_retry_interval
                 text = f"tenant {self.tenant}: credit gone; closure of {len(self.closing)} lease(s) pending"
@@ -352,7 +403,7 @@ class TenantCredit:
                     f"({soonest.detail})"
                 )
         event = "closing_requested" if closing else "credit_gone" if gone else "credit_checked"
-        out.append(Note(text, self.tenant, event=event, fields=self._fields()))
+        out.append(Note(text, self.tenant, event=event, fields=self._fields(), level=level))
         self._verdict(message.cycle, out, text, closing)
 
     def _fields(self) -> tuple[tuple[str, Any], ...]:

@@ -8,9 +8,10 @@ does). Then it reaches every active lease one of two ways (CHAIN-VERSIONS.md
 - **with the cursor** (the current chain): provider-wide ``MsgWithdraw``
   pages, each answer's ``next_key`` threaded into the next page, until the
   key comes back empty (drained) or ``max_withdraw_iterations`` pages are
-  done (reported as hitting the bound, not as an error: the next cycle
-  resumes from the start). Every page's ``failed_lease_uuids`` go to the
-  failing leases (``actors.withdraw_failures``): the cursor moved past them.
+  done (reported as hitting the bound, not as an error; see below). Every
+  page's ``failed_lease_uuids`` go to the failing leases
+  (``actors.withdraw_failures``): the cursor moved past them; a failing
+  lease that a page or batch settles leaves them.
 - **without it** (v2.1.0, whose provider-wide call restarts at the first
   lease every time, ``has_more`` stuck true): the ACTIVE leases are listed
   and withdrawn by name, at most ``MAX_BATCH_LEASE_SIZE`` a tx, and each
@@ -18,6 +19,14 @@ does). Then it reaches every active lease one of two ways (CHAIN-VERSIONS.md
   books an auto-close in a named withdraw as amount 0, and only a lease
   alone in its tx has the tx's total as its own). A batch that fails for a
   reason of its own is split until the failing lease stands alone.
+
+A cycle that stops at the bound leaves a ``WithdrawResume``: the next cycle
+goes on from there (the ``next_key`` the chain returned, or the first lease
+of the first batch not sent) instead of from the first lease again, so a
+provider with more leases than ``max_withdraw_iterations`` txs reach still
+has every one withdrawn, each within a few cycles. A cycle that reaches the
+end starts the next one from the beginning; one that ends on an error
+leaves the resume point as it was.
 
 Which one is learned at run time, never assumed: a listing whose leases
 carry no ``reservation`` (field 16, on every lease of the current chain)
@@ -46,6 +55,7 @@ chain client from the tx's ``provider_withdraw`` events).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from actors.scheduler_settings import SchedulerSettings
@@ -68,7 +78,12 @@ from actors.effects import Effect, Note, Send
 from actors.withdraw_failures import FailingLeases
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 
-__all__ = ["WithdrawCycle", "backoff_delay", "page_to_ledger"]
+__all__ = ["WithdrawCycle", "WithdrawResume", "backoff_delay", "page_to_ledger"]
+
+#: A page answered with neither a result nor an error: it may have been sent.
+_NO_ANSWER = ChainFailure(
+    "withdraw", "the chain answered no page and no error", codespace="protocol", transient=True, may_have_committed=True
+)
 
 
 def backoff_delay(attempt: int, initial: timedelta, cap: timedelta) -> timedelta:
@@ -97,11 +112,22 @@ def page_to_ledger(cycle: int, page_no: int, page: WithdrawPage, now: datetime) 
     return out
 
 
+@dataclass(frozen=True)
+class WithdrawResume:
+    """Where the next cycle starts, after one that stopped at the bound: the page key the chain
+    returned (with the cursor), or the lease whose batch was the first not sent (by name)."""
+
+    key: bytes = b""
+    lease: str = ""
+
+
 class WithdrawCycle:
     """The state of one cycle; created per ``WithdrawRequested``.
 
     ``cursor`` is what the chain actor knows of the chain (True, False, or
     None while unknown); the cycle may learn it, and the actor keeps it.
+    ``resume`` is where the previous cycle stopped; once ``done``, the
+    cycle's own ``resume`` is where the next one starts (the actor keeps it).
     """
 
     def __init__(
@@ -111,15 +137,18 @@ class WithdrawCycle:
         cursor: bool | None = None,
         failing: FailingLeases | None = None,
         alone: tuple[str, ...] = (),
+        resume: WithdrawResume = WithdrawResume(),
     ) -> None:
         self.cycle = cycle
         self.settings = settings
         self.cursor = cursor
         self.failing = failing if failing is not None else FailingLeases(settings.withdraw_interval)
         self.alone = frozenset(alone)
+        self.resume = resume
         self.page = 0
         self.attempt = 1
-        self.key = b""
+        # A key the chain returned, to a chain known to have the cursor (never one it did not).
+        self.key = resume.key if cursor else b""
         self.total: tuple[Coin, ...] = ()
         self.withdrawal_count = 0
         self.tx_hashes: list[str] = []
@@ -167,6 +196,8 @@ class WithdrawCycle:
         uuids = sorted(lease.uuid for lease in message.leases)
         alone = [(u,) for u in uuids if u in self.alone]
         rest = [u for u in uuids if u not in self.alone]
+        if self.resume.lease:  # from where the previous cycle stopped, round to the start
+            rest = [u for u in rest if u >= self.resume.lease] + [u for u in rest if u < self.resume.lease]
         self.queue = alone + [tuple(rest[i : i + MAX_BATCH_LEASE_SIZE]) for i in range(0, len(rest), MAX_BATCH_LEASE_SIZE)]
         self.phase = "named"
         return out + self._next_batch(now)
@@ -190,10 +221,13 @@ class WithdrawCycle:
     def _next_batch(self, now: datetime) -> list[Effect]:
         if self.phase == "named" and not self.queue:
             self.phase = "retrying"
+            self.resume = WithdrawResume()  # every lease reached: the next cycle starts from the first
             self.queue = [(u,) for u in self.failing.due(now)]
         if not self.queue:
             return self._finish()
         if self.page >= self.settings.max_withdraw_iterations:
+            if self.phase == "named":
+                self.resume = WithdrawResume(lease=self.queue[0][0])
             return self._finish(hit_bound=True)
         self.batch = self.queue.pop(0)
         self.page += 1
@@ -203,14 +237,17 @@ class WithdrawCycle:
     def answered(self, message: WithdrawPageAnswered, now: datetime) -> list[Effect]:
         if self.done or (message.page, message.attempt) != (self.page, self.attempt):
             return []
-        if message.error is not None:
-            return self._failed(message.error, now)
         page = message.result
-        assert page is not None
+        if message.error is not None or page is None:
+            # No page and no error is a failed call too (chain-io says so
+            # itself; a capture from before it did may not).
+            return self._failed(message.error or _NO_ANSWER, now)
         self.total = add_coins(self.total, page.total_amounts)
         self.withdrawal_count += page.withdrawal_count
         self.tx_hashes.append(page.tx_hash)
         out = page_to_ledger(self.cycle, self.page, page, now)
+        # A lease this tx settled is failing no more, however the tx reached it.
+        out += self.failing.settled(s.lease_uuid for s in page.settlements)
         if self.phase == "pages":
             if page.failed_lease_uuids:
                 out += self.failing.failed(page.failed_lease_uuids, "its settlement failed in a provider-wide page", now)
@@ -225,8 +262,10 @@ class WithdrawCycle:
             if page.next_key:
                 self.cursor = True
             if not page.next_key:
+                self.resume = WithdrawResume()  # the end: the next cycle starts from the first lease
                 return out + self._after_pages(now)
             if self.page >= self.settings.max_withdraw_iterations:
+                self.resume = WithdrawResume(key=page.next_key)
                 return out + self._finish(hit_bound=True)
             self.key = page.next_key
             return out + self._next_page()
@@ -274,13 +313,20 @@ class WithdrawCycle:
             event="withdraw_page_failed", fields=(("page", self.page), ("error", error.message)), level="warning",
         )] + self._finish(error=error)
 
+    def abort(self, error: ChainFailure) -> list[Effect]:
+        """End the cycle where it stands with ``error`` (the chain actor failed on one of its steps)."""
+        if self.done:
+            return []
+        return self._finish(error=error)
+
     def _finish(self, hit_bound: bool = False, error: ChainFailure | None = None) -> list[Effect]:
         self.done = True
         pages = len(self.tx_hashes)
         out: list[Effect] = []
         if error is None and not self.nothing_due:
             bound = (
-                f"; stopped at the bound of {self.settings.max_withdraw_iterations} txs with leases left"
+                f"; stopped at the bound of {self.settings.max_withdraw_iterations} txs with leases left, "
+                "which the next cycle goes on with"
                 if hit_bound
                 else ""
             )

@@ -12,9 +12,12 @@ lands here too.
 Each failing lease is retried alone, by name, once its backoff has passed:
 ``FIRST_RETRY`` after the first failure, doubling, at most the withdraw
 interval (a cause an operator must fix is not fixed by asking faster). It
-stays here, counted and reported in every cycle's summary, until a retry
-withdraws it or finds nothing left to withdraw (billing code 15): never
-dropped.
+stays here, counted and reported in every cycle's summary, until a withdraw
+settles it (its retry, or any page or batch that reaches it: the chain
+emits a lease's ``provider_withdraw`` only when its settlement went
+through) or a retry finds nothing left to withdraw (billing code 15):
+never dropped. Once the cause is fixed, the next page that reaches it
+clears it, not the retry an hour of backoff later.
 
 Every method takes ``now`` and returns notes; nothing here reads a clock.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Iterable
 
 from actors.effects import Effect, Note
 from messages.chain import ChainFailure
@@ -82,6 +86,14 @@ class FailingLeases:
         if entry is None:
             return []
         return [Note(f"lease {lease_uuid}: withdraw {how} after {entry.count} failure(s) since {entry.since:%Y-%m-%d %H:%M:%S}")]
+
+    def settled(self, lease_uuids: Iterable[str]) -> list[Effect]:
+        """Leases a withdraw tx just settled, whichever way it reached them: failing no more."""
+        out: list[Effect] = []
+        for u in lease_uuids:
+            if u in self._leases:
+                out += self.recovered(u, "went through")
+        return out
 
     def due(self, now: datetime) -> list[str]:
         """The failing leases whose retry is due, soonest first, at most ``MAX_RETRIES_PER_CYCLE``."""

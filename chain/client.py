@@ -5,7 +5,13 @@ a cursor key, active leases by provider, credit account, close leases), plus
 what leasewarden adds for the real chain: named withdraws (the only way to
 reach every lease on a chain without the withdraw cursor), a tenant's leases
 of every provider (what the credit rule needs), the chain's
-``CreditEstimate``, single lease reads, tx lookups and the node's sync status. Implementations: ``chain.model_client.ModelChainClient``
+``CreditEstimate``, single lease reads, tx lookups and the node's sync status.
+
+The reads a closure is decided on carry the height the node answered at
+(a Cosmos SDK node sends it with every query, as the gRPC response header
+``x-cosmos-block-height``): ``CreditAccount.height`` and
+``Listing.height``; ``block_time`` says when a height's block was made, so
+that a read can be told apart from one a lagging node served. Implementations: ``chain.model_client.ModelChainClient``
 (in-process billing model) and the cosmpy client over gRPC.
 
 Every method blocks until the chain answers and raises ``ChainError`` on
@@ -14,12 +20,22 @@ failure; the chain actor calls them off its own thread.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
 
-__all__ = ["ChainClient"]
+__all__ = ["ChainClient", "Listing"]
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A listing of leases and the height the node answered it at (the lowest of its pages'; 0: unknown)."""
+
+    leases: tuple[Lease, ...]
+    height: int = 0
 
 
 class ChainClient(Protocol):
@@ -69,15 +85,17 @@ class ChainClient(Protocol):
         """All the provider's ACTIVE leases (every page; a listing cut short is a failure, never a short set)."""
         ...
 
-    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
-        """Every ACTIVE lease of ``tenant``, of every provider (what draws on its credit)."""
+    def leases_by_tenant(self, tenant: str) -> Listing:
+        """Every ACTIVE lease of ``tenant``, of every provider (what draws on its credit), and the height read at."""
         ...
 
     def lease(self, lease_uuid: str) -> Lease:
         """One lease in any state (its price, and the chain's own times)."""
         ...
 
-    def credit_account(self, tenant: str) -> CreditAccount: ...
+    def credit_account(self, tenant: str) -> CreditAccount:
+        """The tenant's credit account and balances, ``height`` set to the height the node answered at."""
+        ...
 
     def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
         """Close 1..100 leases in one ``MsgCloseLease``; all or nothing."""
@@ -86,3 +104,7 @@ class ChainClient(Protocol):
     def credit_estimate(self, tenant: str) -> CreditEstimate: ...
 
     def node_status(self) -> NodeStatus: ...
+
+    def block_time(self, height: int) -> datetime:
+        """When the block at ``height`` was made (its header's time)."""
+        ...

@@ -93,6 +93,7 @@ from chain.errors import (
     SDK_TX_IN_MEMPOOL,
     ChainError,
 )
+from chain.client import Listing
 from chain.keys import ProviderKey, load_provider_key
 from chain.listing import walk_pages
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
@@ -297,6 +298,19 @@ def parse_block_time(text: str) -> datetime | None:
     return at.astimezone(timezone.utc)
 
 
+#: The response header a Cosmos SDK node puts on every query: the height it answered at.
+BLOCK_HEIGHT_HEADER = "x-cosmos-block-height"
+
+
+def block_height_header(metadata: Sequence[tuple[str, Any]]) -> int:
+    """The height in ``x-cosmos-block-height`` (0 when absent or not a positive whole number)."""
+    for key, value in metadata:
+        if key == BLOCK_HEIGHT_HEADER:
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+            return int(text) if text.isdigit() and len(text) <= 19 else 0
+    return 0
+
+
 def _fee_of(included: abci_pb2.TxResponse) -> tuple[Coin, ...]:
     """The fee an included tx carried, from the tx itself (the chain takes it whole); () if the node left the tx out."""
     tx = tx_pb2.Tx()
@@ -426,6 +440,14 @@ class CosmpyChainClient:
         except grpc.RpcError as exc:
             raise rpc_error(operation, exc) from None
 
+    def _query_at(self, operation: str, method: Callable[..., Any], request: Message) -> tuple[Any, int]:
+        """``_query``, and the height the node answered at (its ``x-cosmos-block-height`` header; 0: none sent)."""
+        try:
+            response, call = method.with_call(request, timeout=self.query_timeout)
+        except grpc.RpcError as exc:
+            raise rpc_error(operation, exc) from None
+        return response, block_height_header(call.initial_metadata() or ())
+
     def _decoded(self, operation: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
@@ -460,33 +482,34 @@ class CosmpyChainClient:
                 return ()
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
-        op = f"active_leases_by_provider {provider_uuid}"
+        return self._active_leases(
+            f"active_leases_by_provider {provider_uuid}", self._billing.LeasesByProvider,
+            lambda page: query_pb2.QueryLeasesByProviderRequest(provider_uuid=provider_uuid, pagination=page,
+                                                                state_filter=types_pb2.LEASE_STATE_ACTIVE),
+        ).leases
+
+    def leases_by_tenant(self, tenant: str) -> Listing:
+        """Every ACTIVE lease of ``tenant``, of every provider: what draws on its credit; at the lowest page's height."""
+        return self._active_leases(
+            f"leases_by_tenant {tenant}", self._billing.LeasesByTenant,
+            lambda page: query_pb2.QueryLeasesByTenantRequest(tenant=tenant, pagination=page,
+                                                              state_filter=types_pb2.LEASE_STATE_ACTIVE),
+        )
+
+    def _active_leases(
+        self, op: str, method: Callable[..., Any], request: Callable[[pagination_pb2.PageRequest], Message]
+    ) -> Listing:
+        """A lease listing walked to its end (``chain.listing``: a cut-short walk is walked again), at
+        the lowest height a page was answered at (0: a page came without one)."""
+        heights: list[int] = []
 
         def page(key: bytes) -> tuple[list[Lease], bytes]:
-            request = query_pb2.QueryLeasesByProviderRequest(
-                provider_uuid=provider_uuid,
-                pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
-                state_filter=types_pb2.LEASE_STATE_ACTIVE,
-            )
-            r = self._query(op, self._billing.LeasesByProvider, request)
+            r, height = self._query_at(op, method, request(pagination_pb2.PageRequest(key=key, limit=self.page_size)))
+            heights.append(height)
             return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
 
-        return walk_pages(op, page)
-
-    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
-        """Every ACTIVE lease of ``tenant``, of every provider: what draws on its credit."""
-        op = f"leases_by_tenant {tenant}"
-
-        def page(key: bytes) -> tuple[list[Lease], bytes]:
-            request = query_pb2.QueryLeasesByTenantRequest(
-                tenant=tenant,
-                pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size),
-                state_filter=types_pb2.LEASE_STATE_ACTIVE,
-            )
-            r = self._query(op, self._billing.LeasesByTenant, request)
-            return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
-
-        return walk_pages(op, page)
+        leases = walk_pages(op, page)
+        return Listing(leases, min(heights) if heights and all(heights) else 0)
 
     def lease(self, lease_uuid: str) -> Lease:
         op = f"lease {lease_uuid}"
@@ -498,11 +521,13 @@ class CosmpyChainClient:
         op = f"credit_account {tenant}"
         key = b""
         account: CreditAccount | None = None
+        heights: list[int] = []
         while True:
             request = query_pb2.QueryCreditAccountRequest(
                 tenant=tenant, pagination=pagination_pb2.PageRequest(key=key, limit=self.page_size)
             )
-            r = self._query(op, self._billing.CreditAccount, request)
+            r, height = self._query_at(op, self._billing.CreditAccount, request)
+            heights.append(height)
             page = self._decoded(op, lambda: credit_account_from_proto(tenant, r))
             account = page if account is None else msgspec.structs.replace(
                 account,
@@ -511,7 +536,8 @@ class CosmpyChainClient:
             )
             key = r.pagination.next_key if r.HasField("pagination") else b""
             if not key:
-                return account
+                # As old as its oldest page; a page without a height makes it unknown.
+                return msgspec.structs.replace(account, height=min(heights) if all(heights) else 0)
 
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         op = f"credit_estimate {tenant}"
@@ -536,6 +562,15 @@ class CosmpyChainClient:
             latest_block_time=time_from_proto(header.time),
             catching_up=syncing.syncing,
         )
+
+    def block_time(self, height: int) -> datetime:
+        """The time of the block at ``height`` (``GetBlockByHeight``'s header)."""
+        op = f"block_time {height}"
+        r = self._query(op, self._tendermint.GetBlockByHeight, tm_query.GetBlockByHeightRequest(height=height))
+        header = r.sdk_block.header if r.sdk_block.header.height else r.block.header
+        if header.height != height:
+            raise ChainError(f"{op}: the node answered the block at height {header.height}", codespace="protocol", transient=True)
+        return time_from_proto(header.time)
 
     # -- transactions -------------------------------------------------------------
     def withdraw_by_provider(

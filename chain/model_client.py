@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from datetime import datetime
 from typing import Any, Callable, Sequence
 
+import msgspec
+
+from chain.client import Listing
 from chain.faults import Faults
 from chain.listing import walk_pages
 from chain.model import (
@@ -77,9 +81,16 @@ class ModelChainClient:
             self._closes = _CLOSES.setdefault(model, {})
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
+        #: height -> the time of the first tx or block seen at it
+        self._block_times: dict[int, Any] = {}
         model.subscribe(self._on_tx)
 
     def _on_tx(self, tx: TxEvents) -> None:
+        # When each height was made, for ``block_time`` (the latest KEPT_TXS heights).
+        with _KEPT_LOCK:
+            self._block_times.setdefault(tx.height, tx.time)
+            if len(self._block_times) > KEPT_TXS:
+                del self._block_times[next(iter(self._block_times))]
         sink = getattr(self._emitted, "txs", None)
         if sink is not None:
             sink.append(tx)
@@ -167,7 +178,9 @@ class ModelChainClient:
     ) -> WithdrawPage:
         r, tx = self._write(send)
         # Every withdraw emits events (its SDK message event at least): its tx is known.
-        assert tx is not None, f"{operation}: the model emitted no tx"
+        if tx is None:
+            raise ChainError(f"{operation}: the model applied it but emitted no tx", codespace="protocol",
+                             transient=False, may_have_committed=True)
         tx_hash = tx.tx_hash
         settled = tuple(
             settlements_in_withdraw(tx.tx_hash, tx.time, tx.pairs(), r.total_amounts, provider_uuid=provider_uuid)
@@ -198,9 +211,14 @@ class ModelChainClient:
             op, provider_uuid, lambda: walk_pages(op, self._pager(self.model.leases_by_provider, provider_uuid))
         )
 
-    def leases_by_tenant(self, tenant: str) -> tuple[Lease, ...]:
+    def leases_by_tenant(self, tenant: str) -> Listing:
         op = "leases_by_tenant"
-        return self._call(op, tenant, lambda: walk_pages(op, self._pager(self.model.leases_by_tenant, tenant)))
+
+        def read() -> Listing:
+            height = self.model.height  # before the read: the state read is at least this recent
+            return Listing(walk_pages(op, self._pager(self.model.leases_by_tenant, tenant)), height)
+
+        return self._call(op, tenant, read)
 
     def _pager(self, query: Callable[..., Any], subject: str) -> Callable[[bytes], tuple[list[Lease], bytes]]:
         def page(key: bytes) -> tuple[list[Lease], bytes]:
@@ -213,7 +231,11 @@ class ModelChainClient:
         return self._call("lease", lease_uuid, lambda: self.model.lease(lease_uuid))
 
     def credit_account(self, tenant: str) -> CreditAccount:
-        return self._call("credit_account", tenant, lambda: self.model.credit_account(tenant)[0])
+        def read() -> CreditAccount:
+            height = self.model.height  # before the read, as for a listing
+            return msgspec.structs.replace(self.model.credit_account(tenant)[0], height=height)
+
+        return self._call("credit_account", tenant, read)
 
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         return self._call("credit_estimate", tenant, lambda: self.model.credit_estimate(tenant))
@@ -224,7 +246,9 @@ class ModelChainClient:
 
         def send() -> CloseOutcome:
             r, tx = self._write(lambda: self.model.close_leases(self.sender, list(lease_uuids), reason))
-            assert tx is not None, "a close that succeeded emits its lease_closed events"
+            if tx is None:  # a close that succeeded emits its lease_closed events
+                raise ChainError("close_leases: the model applied it but emitted no tx", codespace="protocol",
+                                 transient=False, may_have_committed=True)
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
             _keep(self._closes, tx.tx_hash, outcome)
@@ -255,6 +279,20 @@ class ModelChainClient:
             )
 
         return self._call("node_status", "", status)
+
+    def block_time(self, height: int) -> datetime:
+        """As ``node_status`` has it, the latest height is now; an earlier one is when its first tx was seen."""
+
+        def when() -> datetime:
+            if height >= self.model.height:
+                return self.model.clock.now()
+            with _KEPT_LOCK:
+                at = self._block_times.get(height)
+            if at is None:
+                raise ChainError(f"block_time {height}: no block of that height is known", codespace="grpc", code=5)
+            return at
+
+        return self._call("block_time", str(height), when)
 
     def close(self) -> None:
         self.faults.close()

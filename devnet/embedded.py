@@ -119,6 +119,11 @@ def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: b
                 seed=settings.error_seed,
             ),
         )
+        if settings.stale_read_rate:
+            blocks = max(1, -(-settings.stale_read_lag // settings.block_time))  # ceil: at least that long ago
+            grpc_server.faults.stale_reads(settings.stale_read_rate, blocks)
+        if settings.zero_read_rate:
+            grpc_server.faults.zero_reads(settings.zero_read_rate)
         grpc_server.start()
         websocket_url = ""
         if websocket:

@@ -13,8 +13,9 @@ without that module would):
   error text on failure, as the SDK answers), ``BroadcastTx`` (sync: the
   CheckTx code in ``tx_response``), ``GetTx`` (NOT_FOUND until included).
 - ``cosmos.base.tendermint.v1beta1.Service``: ``GetLatestBlock`` (height,
-  time, chain id), ``GetSyncing`` (``catching_up``) and ``GetNodeInfo``
-  (the chain id as ``network``).
+  time, chain id), ``GetBlockByHeight`` (a past block's height and time;
+  NOT_FOUND for one not made yet), ``GetSyncing`` (``catching_up``) and
+  ``GetNodeInfo`` (the chain id as ``network``).
 - ``liftedinit.billing.v1.Query``: ``Lease``, ``LeasesByTenant``,
   ``LeasesByProvider``, ``CreditAccount``, ``CreditAddress``,
   ``WithdrawableAmount``, ``ProviderWithdrawable`` and ``CreditEstimate``,
@@ -23,15 +24,29 @@ without that module would):
   reads ``pagination``); refusals as the gRPC statuses the chain's querier
   sets (``chain.errors.QueryRefused``).
 
+Every answer carries the response header ``x-cosmos-block-height``: the
+height the node answered at, read before the call runs (so it is never
+newer than the state answered), as a Cosmos SDK node sets it on every query.
+
 ``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
 at random, the next N times, or always for given tenants with UNAVAILABLE
 (the demo's tenants whose credit reads fail), and can *lose a response*:
 run the call, then answer UNAVAILABLE, as when a connection drops after
-the node accepted a tx.
+the node accepted a tx. Two faults make a node lie while it says it is
+synced (``[devnet] stale_read_rate`` and ``zero_read_rate``):
+
+- a *stale read* answers a ``CreditAccount`` or ``LeasesByTenant`` call with
+  what the node answered the same request at least ``stale_read_lag``
+  before, with that answer's height: a node behind a load balancer that
+  lags. (The devnet keeps no past state: a request never asked before, or
+  only just now, is answered as it is.)
+- a *zero read* answers a ``CreditAccount`` call with every balance zero,
+  at the current height: a node serving a state it has not filled in.
 """
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
 import time
@@ -71,10 +86,28 @@ __all__ = ["DevnetGrpcServer", "GrpcFaults"]
 BLOCK_MAX_GAS = -1
 
 
+#: The response header a Cosmos SDK node sets on every query (baseapp's gRPC interceptor).
+BLOCK_HEIGHT_HEADER = "x-cosmos-block-height"
+#: The reads a stale-read fault serves from an older height.
+STALE_METHODS = frozenset({"CreditAccount", "LeasesByTenant"})
+#: Past answers kept per request for stale reads: at one read per 30 s, well past any lag worth testing.
+STALE_HISTORY = 64
+
+
 class GrpcFaults(grpc.ServerInterceptor):
-    """Latency and failures per gRPC method name (``CreditAccount``, ``BroadcastTx``...)."""
+    """Latency and failures per gRPC method name (``CreditAccount``, ``BroadcastTx``...), and the height header."""
 
     def __init__(self, latency: float = 0.0, error_rates: dict[str, float] | None = None, seed: int = 1) -> None:
+        #: the node's latest height, for the header (``DevnetGrpcServer`` sets it)
+        self.height: Callable[[], int] | None = None
+        self.stale_rate = 0.0
+        #: how many blocks behind a stale read is at least
+        self.stale_blocks = 1
+        self.zero_rate = 0.0
+        #: (method, request bytes) -> the answers given, oldest first: (height, response)
+        self._history: dict[tuple[str, bytes], collections.deque[tuple[int, object]]] = {}
+        self.stale_served = 0
+        self.zero_served = 0
         self.latency = latency
         self._rates = dict(error_rates or {})
         self._fail_next: dict[str, int] = {}
@@ -104,6 +137,20 @@ class GrpcFaults(grpc.ServerInterceptor):
         with self._lock:
             self._lose_next[method] = self._lose_next.get(method, 0) + times
 
+    def stale_reads(self, rate: float, blocks: int) -> None:
+        """A fraction ``rate`` of ``STALE_METHODS`` answers come from at least ``blocks`` blocks before."""
+        if not 0.0 <= rate <= 1.0 or blocks < 1:
+            raise ValueError(f"stale reads: need 0 <= rate <= 1 and blocks >= 1, got {rate}, {blocks}")
+        with self._lock:
+            self.stale_rate, self.stale_blocks = rate, blocks
+
+    def zero_reads(self, rate: float) -> None:
+        """A fraction ``rate`` of ``CreditAccount`` answers say every balance is zero."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"zero reads: need 0 <= rate <= 1, got {rate}")
+        with self._lock:
+            self.zero_rate = rate
+
     def clear(self) -> None:
         with self._lock:
             self._rates.clear()
@@ -111,6 +158,7 @@ class GrpcFaults(grpc.ServerInterceptor):
             self._lose_next.clear()
             self._fail_for.clear()
             self.latency = 0.0
+            self.stale_rate = self.zero_rate = 0.0
 
     def _take(self, table: dict[str, int], method: str) -> bool:
         if table.get(method, 0) > 0:
@@ -126,6 +174,8 @@ class GrpcFaults(grpc.ServerInterceptor):
         inner = handler.unary_unary
 
         def call(request, context):
+            # Before the call: the state answered is at least this recent.
+            height = self.height() if self.height is not None else 0
             with self._lock:
                 self.calls[method] = self.calls.get(method, 0) + 1
                 fail = (
@@ -134,6 +184,8 @@ class GrpcFaults(grpc.ServerInterceptor):
                     or (self._rates.get(method, 0.0) > 0 and self._random.random() < self._rates[method])
                 )
                 lose = self._take(self._lose_next, method)
+                stale = method in STALE_METHODS and self.stale_rate > 0 and self._random.random() < self.stale_rate
+                zero = method == "CreditAccount" and self.zero_rate > 0 and self._random.random() < self.zero_rate
             if self.latency:
                 time.sleep(self.latency)
             if fail:
@@ -141,6 +193,14 @@ class GrpcFaults(grpc.ServerInterceptor):
             response = inner(request, context)
             if lose:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"devnet: connection lost after {method}")
+            if method in STALE_METHODS:
+                height, response = self._as_of(method, request, height, response, stale)
+            if zero:
+                response = _zero_balances(response)
+                with self._lock:
+                    self.zero_served += 1
+            if height:
+                context.send_initial_metadata(((BLOCK_HEIGHT_HEADER, str(height)),))
             return response
 
         return grpc.unary_unary_rpc_method_handler(
@@ -148,6 +208,32 @@ class GrpcFaults(grpc.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+    def _as_of(self, method: str, request, height: int, response, stale: bool):
+        """(height, response) to serve: a fresh answer is kept for later stale reads; a stale one is an old one."""
+        key = (method, request.SerializeToString(deterministic=True))
+        with self._lock:
+            history = self._history.setdefault(key, collections.deque(maxlen=STALE_HISTORY))
+            if stale:
+                # The newest answer at least stale_blocks old; short of one, the oldest there is.
+                lagging = [h for h in history if h[0] <= height - self.stale_blocks]
+                older = lagging[-1:] or [h for h in history if h[0] < height][:1]
+                if older:
+                    self.stale_served += 1
+                    return older[0]
+            if height and (not history or history[-1][0] < height):
+                history.append((height, response))
+        return height, response
+
+
+def _zero_balances(response):
+    """A ``CreditAccount`` answer with its balances (and what is available of them) gone."""
+    zeroed = type(response)()
+    zeroed.CopyFrom(response)
+    del zeroed.balances[:]
+    del zeroed.available_balances[:]
+    return zeroed
 
 
 def _subject(request) -> str:
@@ -276,6 +362,18 @@ class _TendermintService(tm_grpc.ServiceServicer):
         response.sdk_block.header.time.CopyFrom(header.time)
         return response
 
+    def GetBlockByHeight(self, request, context):
+        if request.height <= 0 or request.height > self.node.latest_height():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"requested block height {request.height} is not available")
+        header = tm_types.Header(
+            chain_id=self.node.chain_id, height=request.height, time=time_to_proto(self.node.time_of(request.height))
+        )
+        response = tm_query.GetBlockByHeightResponse(block=tm_block.Block(header=header))
+        response.sdk_block.header.chain_id = header.chain_id
+        response.sdk_block.header.height = header.height
+        response.sdk_block.header.time.CopyFrom(header.time)
+        return response
+
     def GetNodeInfo(self, request, context):
         return tm_query.GetNodeInfoResponse(
             default_node_info=p2p_types.DefaultNodeInfo(network=self.node.chain_id, moniker="leasewarden-devnet")
@@ -381,6 +479,7 @@ class DevnetGrpcServer:
         #: (private key, certificate chain), PEM: serve over TLS (``grpc+https``), as a public node does.
         self.tls = tls
         self.faults = faults or GrpcFaults()
+        self.faults.height = node.latest_height
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="devnet-grpc"),
             interceptors=[self.faults],

@@ -4,7 +4,8 @@ Read by the chain model (``chain_version``: which of the two chain
 versions providers run it behaves as; ``min_lease_duration`` and
 ``pending_timeout``, the billing params), by the devnet node and gRPC
 server (block time, gRPC port, min gas price, the signer's account type,
-latency and error rate per call, a syncing node) and by the devnet
+latency and error rate per call, a syncing node, stale and zero reads from
+a node that says it is synced) and by the devnet
 websocket server (its port, the per-client subscription cap, periodic
 drops, the slow-client limit). Ports default to 0: a free loopback port,
 announced by ``start_devnet``. The version and params apply to the
@@ -78,6 +79,20 @@ class DevnetSettings:
     )
     error_seed: int = setting(1, "seed of the random failures, so a run can be repeated", min=0, max=2**63 - 1)
     catching_up: bool = setting(False, "the node reports it is syncing (its state is stale)")
+    stale_read_rate: float = setting(
+        0.0,
+        "fraction of CreditAccount and LeasesByTenant answers served from an older height while the node says it is "
+        "synced (a lagging node behind a load balancer): the answer given to the same request stale_read_lag before",
+        min=0.0, max=1.0,
+    )
+    stale_read_lag: timedelta = setting(
+        timedelta(minutes=10), "how far behind a stale read is (at least one block)",
+        min=timedelta(seconds=1), max=timedelta(days=1),
+    )
+    zero_read_rate: float = setting(
+        0.0, "fraction of CreditAccount answers with every balance zero at the current height, the node saying it is synced",
+        min=0.0, max=1.0,
+    )
     min_gas_price: str = setting(
         "0.000025", "smallest fee per gas the node accepts, in umfx (a decimal; the network's is 0.000025)"
     )

@@ -87,6 +87,9 @@ class CreditAccount(Message, tag="credit_account"):
     unattributed_lease_count: int = 0
     #: ``balances - R``: what new leases may still reserve.
     available_balances: tuple[Coin, ...] = ()
+    #: The block height the node answered at (its ``x-cosmos-block-height``
+    #: header; the lowest of the pages'); 0: not known (captures from before).
+    height: int = 0
 
 
 class CreditEstimate(Message, tag="credit_estimate"):

@@ -9,6 +9,7 @@ makes a run replayable without a chain.
 
 from __future__ import annotations
 
+from datetime import datetime
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import Message
@@ -203,12 +204,16 @@ class NodeStatusCall(Message, tag="node_status_call"):
     round: int
     #: the chain actor's address by default (``runtime.router.CHAIN``)
     reply_to: str = "chain"
+    #: heights whose block times are wanted too (the reads a closure round is about to act on)
+    heights: tuple[int, ...] = ()
 
 
 class NodeStatusAnswered(Message, tag="node_status_answered"):
     round: int
     status: NodeStatus | None = None
     error: ChainFailure | None = None
+    #: (height, its block's time) for the heights asked about that the node could tell
+    block_times: tuple[tuple[int, datetime], ...] = ()
 
 
 class CloseBatchCall(Message, tag="close_batch_call"):

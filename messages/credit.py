@@ -58,6 +58,9 @@ class CreditRead(Message, tag="credit_read"):
     #: the account, they are good for a verdict of credit to spare only: a tenant whose
     #: credit looks gone on them, or that is in a grace window, is read again in full.
     leases_listed: bool = False
+    #: The height the read reflects: the lower of the account's and the
+    #: leases' (``x-cosmos-block-height``); 0: not known (captures from before).
+    height: int = 0
 
 
 class CreditReadFailed(Message, tag="credit_read_failed"):
@@ -70,6 +73,9 @@ class CloseRequested(Message, tag="close_requested"):
     tenant: str
     lease_uuids: tuple[str, ...]
     reason: str
+    #: The height of the read that decided it (``CreditRead.height``): a read
+    #: further behind the chain than ``max_node_lag`` closes nothing.
+    read_height: int = 0
 
 
 class LeasesClosed(Message, tag="leases_closed"):
@@ -111,6 +117,9 @@ class TenantSnapshot(Message, tag="tenant_snapshot"):
     #: not be answered without them (a zero umfx balance beside plenty of
     #: upwr is gone for a umfx lease).
     charged_denoms: tuple[str, ...] = ()
+    #: The highest height a read of the tenant was taken at: a read from
+    #: below it (a node further behind) is stale, even after a restart.
+    read_height: int = 0
 
 
 __all__ += ["TenantSnapshot"]

@@ -22,9 +22,11 @@ a message when it called ``tell``, or the name given to ``sending_as``).
 
 One bad message never stops an actor: where pykka would log a handler's
 exception and stop the actor (a tenant's monitor gone for good because of
-one odd chain answer), the dispatcher logs it with the message's type,
-counts it in ``failures`` (by actor kind, for the metrics) and delivers the
-actor's next message as usual. An ``ask`` still gets the exception.
+one odd chain answer), the dispatcher reports it to its ``Supervisor``
+(``runtime.supervision``: logged with the message and its capture sequence
+number, counted in ``failures`` by actor kind for the metrics, watched for
+a crash loop) and delivers the actor's next message as usual. An ``ask``
+still gets the exception.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from typing import Any, Callable, Iterator, NamedTuple, Protocol
 import pykka
 from pykka import messages as pykka_messages
 from pykka._envelope import Envelope  # the envelope type ActorRef.tell puts in inboxes
+
+from runtime.supervision import Supervisor
 
 __all__ = [
     "Delivery",
@@ -200,14 +204,20 @@ class Dispatcher:
         clock_now: Callable[[], datetime],
         throughput: int = 64,
         tap: DeliveryTap | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.clock_now = clock_now
         self.throughput = throughput
         self.tap = tap
         self._seq = _DELIVERY_SEQ
         self.delivered = 0
-        #: messages whose handler raised, by actor kind (``actor_kind``); each was dropped, its actor went on
-        self.failures: collections.Counter[str] = collections.Counter()
+        #: where handler failures are reported (one may serve several dispatchers: the ledger writer's too)
+        self.supervisor = supervisor or Supervisor(clock_now)
+
+    @property
+    def failures(self) -> collections.Counter[str]:
+        """Messages whose handler raised, by actor kind (``actor_kind``); each was dropped, its actor went on."""
+        return self.supervisor.failures
 
     def _runnable(self, mailbox: _Mailbox) -> None:
         raise NotImplementedError
@@ -227,17 +237,13 @@ class Dispatcher:
             response = actor._handle_receive(message)
             if envelope.reply_to is not None:
                 envelope.reply_to.set(response)
-        except Exception:
-            self.failures[actor_kind(actor.address)] += 1
+        except Exception as exc:
+            # Logged, counted, dropped and survived (the module doc): not
+            # pykka's _handle_failure, which would stop the actor. An ask's
+            # caller gets the exception itself, so it is not logged twice.
+            self.supervisor.failed(actor.address, message, seq, exc, log=envelope.reply_to is None)
             if envelope.reply_to is not None:
                 envelope.reply_to.set_exception()
-            else:
-                # Logged, dropped and survived (the module doc): not pykka's
-                # _handle_failure, which would stop the actor.
-                logger.error(
-                    "%s could not handle a %s; the message is dropped and the actor goes on",
-                    actor, type(message).__name__, exc_info=True,
-                )
         except BaseException:
             logger.debug("%r in %s: stopping all actors", sys.exc_info()[1], actor)
             actor._stop()
@@ -262,8 +268,9 @@ class ThreadedDispatcher(Dispatcher):
         workers: int = 2,
         throughput: int = 64,
         tap: DeliveryTap | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
-        super().__init__(clock_now, throughput, tap)
+        super().__init__(clock_now, throughput, tap, supervisor)
         self._queue: queue.SimpleQueue[_Mailbox | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._work, name=f"dispatcher-{i}", daemon=True)
@@ -301,8 +308,9 @@ class ManualDispatcher(Dispatcher):
         clock_now: Callable[[], datetime],
         throughput: int = 64,
         tap: DeliveryTap | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
-        super().__init__(clock_now, throughput, tap)
+        super().__init__(clock_now, throughput, tap, supervisor)
         self._runq: collections.deque[_Mailbox] = collections.deque()
         self._lock = threading.Lock()
 

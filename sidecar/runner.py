@@ -36,6 +36,7 @@ from devnet.model import new_model
 from runtime.clock import Clock
 from runtime.config import Config, ConfigError
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
+from runtime.supervision import Supervisor
 from sidecar.app import ModelEventFeed, Sidecar
 
 __all__ = ["Running", "build"]
@@ -63,6 +64,8 @@ class Running:
     server: Any = None
     #: the embedded devnet (mode devnet)
     devnet: Any = None
+    #: sees every actor's failures (both dispatchers'); its ``on_crash_loop`` is the caller's to set
+    supervisor: Supervisor | None = None
 
     def close(self) -> None:
         if self.server is not None:
@@ -329,8 +332,9 @@ def build(
 
         metrics = SidecarMetrics(config.provider.uuid, getattr(clock, "speed", 1.0), sidecar_version())
     tap = fan_out(*taps, metrics, capture)
-    dispatcher: Dispatcher = ManualDispatcher(clock.now, tap=tap) if manual else ThreadedDispatcher(
-        clock.now, workers=2, tap=tap
+    supervisor = Supervisor(clock.now)
+    dispatcher: Dispatcher = ManualDispatcher(clock.now, tap=tap, supervisor=supervisor) if manual else ThreadedDispatcher(
+        clock.now, workers=2, tap=tap, supervisor=supervisor
     )
     if capture is not None:
         closers.insert(0, capture.close)
@@ -356,7 +360,8 @@ def build(
         closers.append(ledger.close)
         parts.append(
             lambda s: start_ledger_writer(
-                s.router, clock, ledger, config.ledger, dispatcher=dispatcher if manual else None, tap=tap
+                s.router, clock, ledger, config.ledger, dispatcher=dispatcher if manual else None, tap=tap,
+                supervisor=supervisor,
             )
         )
         if mode == "model" and chain.model is not None:
@@ -388,6 +393,7 @@ def build(
     running = Running(
         sidecar, dispatcher, chain.model, chain.world, chain.faults, ledger, capture, len(restored),
         endpoint=chain.endpoint, closers=closers, health=health[0], metrics=metrics, devnet=chain.devnet,
+        supervisor=supervisor,
     )
     if metrics is not None:
         try:
@@ -400,18 +406,14 @@ def build(
 
 def _serve(running: Running, config: Config, metrics: Any) -> None:
     """The runtime's own counts for the metrics, and the HTTP server of ``[metrics] listen``."""
-    from actors.ledger_writer import LedgerWriter
     from monitoring.server import MonitoringServer
 
     sidecar = running.sidecar
-    dispatchers = [running.dispatcher] + [p.dispatcher for p in sidecar.parts if isinstance(p, LedgerWriter)]
+    supervisor = running.supervisor or running.dispatcher.supervisor
 
     def failures() -> dict[str, int]:
-        total: dict[str, int] = {}
-        for d in dispatchers:
-            for kind, n in list(d.failures.items()):
-                total[kind] = total.get(kind, 0) + n
-        return total
+        # One supervisor sees both dispatchers' actors (the ledger writer's own too).
+        return supervisor.counts()
 
     metrics.watch(sidecar.router.deepest_mailboxes, failures, running.capture)
     health = running.health

@@ -85,11 +85,11 @@ def test_chain_actor_coalesces_the_closures_of_a_check_into_one_batch() -> None:
     t1, t2 = probe(router, d, tenant_address("t1")), probe(router, d, tenant_address("t2"))
     probe(router, d, LEDGER)
     chain = start_actor(router, ChainActor, d, router, clock, settings())
-    chain.tell(CloseRequested(3, "t1", ("a", "b"), "credit depleted"))
-    chain.tell(CloseRequested(3, "t2", ("c",), "credit depleted"))
+    chain.tell(CloseRequested(3, "t1", ("a", "b"), "credit depleted", read_height=9))
+    chain.tell(CloseRequested(3, "t2", ("c",), "credit depleted", read_height=9))
     chain.tell(FlushClosures(3))
     d.run_until_idle()
-    assert io.received == [NodeStatusCall(1)]
+    assert io.received == [NodeStatusCall(1, heights=(9,))]
     chain.tell(NodeStatusAnswered(1, NodeStatus(9, T0, False)))
     d.run_until_idle()
     assert io.received[-1] == CloseBatchCall(1, 1, ("a", "b", "c"), "credit depleted")

@@ -144,7 +144,8 @@ def withdraw_then_close(dispatcher, router, scheduler, clock, close: list[str], 
     (finished,) = [m for m in scheduler.received if isinstance(m, WithdrawFinished)]
     assert finished.error is None and finished.withdrawal_count == 3
     clock.advance(20)  # so that the close settles something of its own
-    router.tell(CHAIN, CloseRequested(1, tenant, tuple(close), "tenant asked"))
+    # Decided on a read at the chain's latest height (one at or past the node's latest is fresh).
+    router.tell(CHAIN, CloseRequested(1, tenant, tuple(close), "tenant asked", read_height=10**9))
     router.tell(CHAIN, FlushClosures(1))
     dispatcher.run_until_idle()
     (flushed,) = [m for m in scheduler.received if isinstance(m, ClosuresFlushed)]
@@ -238,6 +239,25 @@ def test_settlements_in_tx_filters_and_skips_bad_events() -> None:
     assert [s.lease_uuid for s in settlements_in_tx("TX", at, events, lease_uuids={"b", "d"})] == ["b", "d"]
 
 
+def test_a_v2_1_named_withdraws_auto_close_books_the_rest_of_the_total_to_the_lease_alone_in_its_tx() -> None:
+    from chain.settlements import settlements_in_withdraw
+
+    at = utc(2026, 3, 1)
+    closing = ("provider_withdraw", {"lease_uuid": "a", "provider_uuid": PROVIDER, "amount": "0", "auto_closed": "true"})
+    settling = ("provider_withdraw", {"lease_uuid": "b", "provider_uuid": PROVIDER, "amount": "4umfx"})
+    # v2.1.0 writes amount "0" on the auto-closed lease; the tx's total says what it moved.
+    out = settlements_in_withdraw("TX", at, [closing, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)
+    assert {s.lease_uuid: s.amounts for s in out} == {"a": (Coin("umfx", 7),), "b": (Coin("umfx", 4),)}
+    # Two auto-closed leases in one tx: the split cannot be known, so nothing is guessed.
+    other = ("provider_withdraw", {"lease_uuid": "c", "provider_uuid": PROVIDER, "amount": "0", "auto_closed": "true"})
+    out = settlements_in_withdraw("TX", at, [closing, other, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)
+    assert {s.lease_uuid: s.amounts for s in out} == {"a": (), "c": (), "b": (Coin("umfx", 4),)}
+    # The current chain's events carry the real amounts: nothing is left to attribute.
+    exact = ("provider_withdraw", {"lease_uuid": "a", "provider_uuid": PROVIDER, "amount": "7umfx", "auto_closed": "true"})
+    out = settlements_in_withdraw("TX", at, [exact, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)
+    assert {s.lease_uuid: s.amounts for s in out} == {"a": (Coin("umfx", 7),), "b": (Coin("umfx", 4),)}
+
+
 def test_parse_block_time_reads_a_nodes_timestamps() -> None:
     assert parse_block_time("2026-03-01T00:00:05Z") == utc(2026, 3, 1, 0, 0, 5)
     assert parse_block_time("2026-03-01T00:00:05.123456789Z") == utc(2026, 3, 1, 0, 0, 5, 123456)
@@ -257,3 +277,30 @@ def test_a_tx_without_a_block_time_keeps_its_answer_and_says_what_was_not_record
     with caplog.at_level("WARNING", logger="chain.cosmpy_client"):
         assert client._settlements("withdraw", unstamped, provider_uuid=PROVIDER) == ()
     assert "tx TXB at height 7: no block time" in caplog.text
+
+
+def test_a_listing_cut_short_between_pages_is_walked_again_never_taken_for_the_whole_set() -> None:
+    import pytest
+
+    from chain.errors import ChainError
+    from chain.listing import MAX_RELISTS, walk_pages
+
+    pages = {b"": (["l1", "l2"], b"l3"), b"l3": (["l3", "l4"], b"")}
+    cut = {"times": 1}
+
+    def fetch(key: bytes):  # type: ignore[no-untyped-def]
+        if key == b"l3" and cut["times"]:
+            cut["times"] -= 1
+            return [], b""  # l3 closed between the pages: the page after it comes back empty
+        return pages[key]
+
+    assert walk_pages("leases", fetch) == ("l1", "l2", "l3", "l4")
+    cut["times"] = MAX_RELISTS + 1
+    with pytest.raises(ChainError, match="cut short 4 times") as info:
+        walk_pages("leases", fetch)
+    assert info.value.transient  # a failed read, asked again later; never a short set
+    # An empty first page is a real end (an empty set), not a cut.
+    assert walk_pages("leases", lambda key: ([], b"")) == ()
+    # A node that repeats a key is an error, not a hang.
+    with pytest.raises(ChainError, match="repeated page key"):
+        walk_pages("leases", lambda key: (["x"], b"k"))

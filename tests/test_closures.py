@@ -34,8 +34,8 @@ def msgs(effects, kind):
 
 
 def test_batches_hold_at_most_100_and_one_reason() -> None:
-    reqs = [CloseRequested(1, f"t{i}", tuple(f"l{i}-{j}" for j in range(30)), "credit depleted") for i in range(7)]
-    reqs.append(CloseRequested(1, "tx", ("lx",), "other reason"))
+    reqs = [CloseRequested(1, f"t{i}", tuple(f"l{i}-{j}" for j in range(30)), "credit depleted", read_height=100) for i in range(7)]
+    reqs.append(CloseRequested(1, "tx", ("lx",), "other reason", read_height=100))
     batches = plan_batches(reqs)
     assert [len(b) for _, b in batches] == [100, 100, 10, 1]
     assert {r for r, _ in batches} == {"credit depleted", "other reason"}
@@ -43,7 +43,7 @@ def test_batches_hold_at_most_100_and_one_reason() -> None:
 
 
 def test_batch_with_an_already_closed_lease_still_closes_the_rest() -> None:
-    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r"), CloseRequested(5, "t2", ("c",), "r")])
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r", read_height=100), CloseRequested(5, "t2", ("c",), "r", read_height=100)])
     rnd.begin()
     (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
     assert call.lease_uuids == ("a", "b", "c")
@@ -62,7 +62,7 @@ def test_batch_with_an_already_closed_lease_still_closes_the_rest() -> None:
 
 
 def test_a_failed_batch_tells_each_tenant() -> None:
-    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r")])
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r", read_height=100)])
     rnd.on_status(NodeStatusAnswered(1, FRESH), T0)
     err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
     out = rnd.on_batch(CloseBatchAnswered(1, 1, ("a",), error=err), T0)
@@ -72,7 +72,7 @@ def test_a_failed_batch_tells_each_tenant() -> None:
 
 def test_a_syncing_or_lagging_node_closes_nothing() -> None:
     for status in (NodeStatus(100, T0, True), NodeStatus(100, T0 - S.max_node_lag - timedelta(seconds=1), False)):
-        rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r")])
+        rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a",), "r", read_height=100)])
         out = rnd.on_status(NodeStatusAnswered(1, status), T0)
         assert not msgs(out, CloseBatchCall)
         (failed,) = msgs(out, CloseFailed)
@@ -81,7 +81,7 @@ def test_a_syncing_or_lagging_node_closes_nothing() -> None:
 
 
 def test_each_batchs_lease_settlements_go_to_the_ledger() -> None:
-    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r")])
+    rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r", read_height=100)])
     rnd.on_status(NodeStatusAnswered(1, FRESH), T0)
     settled = (
         LeaseSettled(T0, "TX", "a", (Coin("umfx", 3),), kind="close", tenant="t1"),
@@ -93,7 +93,7 @@ def test_each_batchs_lease_settlements_go_to_the_ledger() -> None:
     assert recorded.settlements == settled
     assert [m for m in to_ledger if isinstance(m, ClosureRecorded)][0].lease_uuids == ("a", "b")
     # A failed batch settled nothing: nothing of the kind goes to the ledger.
-    rnd = CloseRound(2, 5, S, [CloseRequested(5, "t1", ("c",), "r")])
+    rnd = CloseRound(2, 5, S, [CloseRequested(5, "t1", ("c",), "r", read_height=100)])
     rnd.on_status(NodeStatusAnswered(2, FRESH), T0)
     err = ChainFailure("close_leases", "out of gas", "sdk", 11, transient=True)
     assert not msgs(rnd.on_batch(CloseBatchAnswered(2, 1, ("c",), error=err), T0), SettlementsRecorded)
@@ -106,8 +106,8 @@ def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reach
     from messages.chain_actor import CloseTxAnswered, CloseTxCall, FlushClosures
 
     chain = ChainDecisions(S)
-    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted"), T0)
-    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted"), T0)
+    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted", read_height=100), T0)
     (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
     (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
     lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True,

@@ -56,8 +56,16 @@ class Harness:
         self.core = self.sidecar.scheduler_core
 
     def settled(self) -> bool:
-        c = self.core
-        return c.cycle is None and c.wake_at is not None and c.wake_at > self.w.clock.now() and not self.w.node.mempool_size()
+        c, clock = self.core, self.w.clock
+        # The core plans a wake before its actor sets the timer: one set after the clock has
+        # passed its time (the test moved it meanwhile) is due now; the manual clock fires it
+        # only when moved, so it is moved by nothing.
+        due = clock.next_timer()
+        if due is not None and due <= clock.now():
+            clock.advance_to(clock.now())
+            return False
+        wake = c.wake_at
+        return c.cycle is None and wake is not None and wake > clock.now() and not self.w.node.mempool_size()
 
     def settle(self, what: str = "the sidecar to settle") -> None:
         wait_until(self.settled, timeout=10, what=what)
@@ -237,3 +245,33 @@ def test_a_tenants_own_close_is_booked_from_the_websocket_event(tmp_path) -> Non
         h.close()
         writer.close()
         ledger.close()
+
+
+def test_a_pending_lease_that_expires_at_end_of_block_is_heard_and_no_longer_watched() -> None:
+    """lease_expired has no tx: it comes in a NewBlockEvents frame (CHAIN-VERSIONS.md 3)."""
+    from messages.chain import LeaseItem
+    from messages.coins import Coin
+    from messages.scheduler import LeaseEventReceived
+
+    h = Harness(make_world(websocket=True, pending_timeout="60s"))
+    try:
+        t = h.w.tenant("undecided")
+        h.start()
+        item = LeaseItem("sku-1", 1, Coin("umfx", 3))
+        pending = h.w.model.create_lease(t, PROVIDER, [item], acknowledge=False).uuid
+        wait_until(lambda: t in h.core.tenants, timeout=5, what="the lease_created event")
+        for _ in range(16):  # past the pending timeout, a block at a time
+            h.step(5)
+
+        def heard() -> bool:
+            return any(
+                isinstance(d.message, LeaseEventReceived) and d.message.event.kind == "expired"
+                and d.message.event.lease_uuid == pending
+                for d in list(h.deliveries)
+            )
+
+        wait_until(heard, timeout=5, what="the lease_expired event")
+        assert h.w.model.lease(pending).state == "EXPIRED"
+        wait_until(lambda: t not in h.core.tenants, timeout=5, what="the tenant's monitor to retire")
+    finally:
+        h.close()

@@ -2,8 +2,10 @@
 
 From the bottom up: ``messages/`` and ``runtime/``; ``chain/``, ``ledger/``, ``logs/``,
 ``devnet/``, ``capture/``, ``monitoring/`` and ``replay/``; ``actors/``; then ``sidecar/``
-(the wiring) and ``run.py``. A lower layer never imports a higher one, so
-each part can be read, tested and reused without the program around it.
+(the wiring) and ``run.py``; on top, what only checks and measures the
+program: ``audit/``, ``tests/`` and ``bench/``. A lower layer never imports
+a higher one, so each part can be read, tested and reused without the
+program around it.
 
 The imports are read from the source with ``ast``, every one of them
 (inside functions too, where a late import would otherwise hide), so the
@@ -27,6 +29,8 @@ BOTTOM = ("messages", "runtime")
 BELOW_THE_WIRING = (*BOTTOM, "chain", "ledger", "devnet", "capture", "logs", "monitoring", "replay", "actors")
 WIRING = "sidecar"
 PROJECT = (*BELOW_THE_WIRING, WIRING)
+#: What checks and measures the program; nothing the program runs may import it.
+ABOVE = ("audit", "tests", "bench")
 
 
 def sources(*packages: str) -> Iterator[Path]:
@@ -78,6 +82,11 @@ def offences(packages: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]
 
 def test_no_layer_below_the_wiring_imports_it() -> None:
     found = offences(BELOW_THE_WIRING, (WIRING,))
+    assert found == [], "\n".join(found)
+
+
+def test_nothing_the_sidecar_runs_imports_the_audit_the_tests_or_the_benchmarks() -> None:
+    found = offences(PROJECT, ABOVE)
     assert found == [], "\n".join(found)
 
 

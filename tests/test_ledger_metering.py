@@ -288,6 +288,22 @@ def test_accrued_seconds_count_whole_seconds_like_the_chain():
     assert accrued_seconds(end - 500_000, None, start, end) == 0
 
 
+def test_on_v2_1_each_settlement_drops_its_fraction_of_a_second():
+    s = 1_000_000
+    start, end = to_us(MAR.start), to_us(MAR.end)
+    active = start + 100 * s
+    # Settled 10.6 s and 20.6 s after it started: v2.1.0 counts 10 + 10 + what follows,
+    # the current chain (which carries the fraction) 10.6 + 10 + ... whole.
+    instants = [active + 10 * s + 600_000, active + 20 * s + 600_000]
+    closed = active + 30 * s + 500_000
+    assert accrued_seconds(active, closed, start, end) == 30
+    assert accrued_seconds(active, closed, start, end, instants) == 10 + 10 + 9
+    # No settlement: the same as the current chain.
+    assert accrued_seconds(active, closed, start, end, []) == 30
+    # A settlement after the close changes nothing; one before the start of the lease neither.
+    assert accrued_seconds(active, closed, start, end, [active - s, *instants, closed + s]) == 29
+
+
 def test_a_month_with_an_unpriced_lease_fails_and_names_it(tmp_path):
     lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
     at = utc(2026, 3, 5)

@@ -40,12 +40,13 @@ def monitor() -> TenantCredit:
     return m
 
 
-def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, cycle: int = 1, leases=None, **account):
-    """A read of the balances given, and of ``leases`` (default: the monitor's, none of them accrued yet)."""
+def read(m: TenantCredit, at: datetime, umfx: int, upwr: int = 10**6, cycle: int = 1, leases=None, height: int = 1,
+         **account):
+    """A read of the balances given, and of ``leases`` (default: the monitor's, none of them accrued yet), at ``height``."""
     if leases is None:
         leases = tuple(lease for lease in m.leases.values() if lease is not None)
     balances = (Coin("umfx", umfx), Coin("upwr", upwr))
-    return m.handle(CreditRead(cycle, CreditAccount("t", balances, **account), leases=tuple(leases)), at)
+    return m.handle(CreditRead(cycle, CreditAccount("t", balances, **account), leases=tuple(leases), height=height), at)
 
 
 def sent(effects, kind):
@@ -97,6 +98,18 @@ def test_zero_balance_closes_only_after_the_whole_grace_window() -> None:
     # The close request goes out before the verdict, so the chain actor has it before the flush.
     kinds = [type(e.message) for e in out if isinstance(e, Send)]
     assert kinds.index(CloseRequested) < kinds.index(TenantChecked)
+
+
+def test_a_grace_window_is_told_when_it_opens_and_when_it_closes_the_rechecks_between_are_debug() -> None:
+    from actors.effects import Note
+
+    def levels(out) -> list[str]:  # type: ignore[no-untyped-def]
+        return [e.level for e in out if isinstance(e, Note)]
+
+    m = monitor()
+    assert levels(read(m, T0, 0)) == ["info"]
+    assert levels(read(m, T0 + timedelta(seconds=30), 0)) == ["debug"]
+    assert levels(read(m, T0 + S.credit_check_zero_grace_period, 0)) == ["info"]  # closing
 
 
 def test_recovery_clears_the_window_and_restarts_the_baseline() -> None:
@@ -256,8 +269,8 @@ def test_a_refunded_tenant_is_not_closed_by_its_request_from_a_cycle_that_ended_
     to_chain(read(t, end, 0, cycle=11))  # cycle 11 had ended: the scheduler sends no FlushClosures(11)
     read(t, end + timedelta(minutes=10), 10**9, cycle=12)  # the tenant pays again
     lu = tuple(u.leases.values())
-    u.handle(CreditRead(13, CreditAccount("u", ()), leases=lu), end + timedelta(minutes=15))
-    to_chain(u.handle(CreditRead(14, CreditAccount("u", ()), leases=lu), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
+    u.handle(CreditRead(13, CreditAccount("u", ()), leases=lu, height=1), end + timedelta(minutes=15))
+    to_chain(u.handle(CreditRead(14, CreditAccount("u", ()), leases=lu, height=1), end + timedelta(minutes=20) + S.credit_check_zero_grace_period))
     out = chain.handle(FlushClosures(14), end + timedelta(minutes=30))
     assert any("dropped the closure requests of 1 tenant(s) (t)" in getattr(e, "text", "") for e in out)
     (status_call,) = [e.message for e in out if isinstance(e, Send)]
