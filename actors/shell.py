@@ -91,7 +91,7 @@ class CoreShell:
                 if effect.at is None:
                     self.router.tell(effect.to, effect.message)
                 else:
-                    self._timers = [t for t in self._timers if not t.cancelled]
+                    self._timers = [t for t in self._timers if not t.done]
                     self._timers.append(self.router.tell_at(self.clock, effect.at, effect.to, effect.message))
             elif isinstance(effect, Note):
                 log_decision(effect, now, decided_on)

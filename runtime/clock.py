@@ -31,18 +31,28 @@ def utc(*args: int) -> datetime:
 
 
 class TimerHandle:
-    """A pending timer; ``cancel()`` makes sure it never fires."""
+    """A pending timer; ``cancel()`` makes sure it never fires.
 
-    __slots__ = ("when", "callback", "cancelled", "_seq")
+    ``done`` once it has been cancelled or taken off its clock to fire: a
+    holder of many handles (an actor's timers) drops the done ones, or a
+    sidecar running for months would keep every timer it ever set.
+    """
+
+    __slots__ = ("when", "callback", "cancelled", "fired", "_seq")
 
     def __init__(self, when: datetime, callback: Callable[[], None], seq: int) -> None:
         self.when = when
         self.callback = callback
         self.cancelled = False
+        self.fired = False
         self._seq = seq
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    @property
+    def done(self) -> bool:
+        return self.cancelled or self.fired
 
     def __lt__(self, other: "TimerHandle") -> bool:
         return (self.when, self._seq) < (other.when, other._seq)
@@ -70,7 +80,9 @@ class _TimerHeap:
         while self._heap and self._heap[0].cancelled:
             heapq.heappop(self._heap)
         if self._heap and self._heap[0].when <= now:
-            return heapq.heappop(self._heap)
+            handle = heapq.heappop(self._heap)
+            handle.fired = True
+            return handle
         return None
 
     def next_when(self) -> datetime | None:
