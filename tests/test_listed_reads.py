@@ -59,6 +59,9 @@ def test_a_tenant_with_only_our_leases_costs_one_call_and_one_with_others_two() 
     assert read_ours.leases_listed and [lease.tenant for lease in read_ours.leases] == [ours]
     assert read_ours.leases == tuple(lease for lease in sched.received[0].leases if lease.tenant == ours)
     assert not read_shared.leases_listed and len(read_shared.leases) == 2  # the other provider's lease counts
+    # The listing has no height: a listed read is stamped with its account's.
+    assert read_ours.height == read_ours.account.height > 0
+    assert 0 < read_shared.height <= read_shared.account.height
 
 
 def test_a_full_read_is_asked_for_and_a_tenant_unlisted_reads_its_leases() -> None:
