@@ -100,9 +100,14 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     model.register_provider(OTHER, demo_address("bench/other"))
     item = [LeaseItem("sku", 1, Coin("umfx", 1))]
     exhausted = set(range(0, tenants, 100))  # 1%: credit used up by another provider
+    # The chain reserves rate x min_lease_duration at creation: an exhausted tenant
+    # has exactly its leases' reservations, so its credit is gone once our leases
+    # have run for min_lease_duration (the clock is moved past it below).
+    hold = model.params.min_lease_duration
+    short = per_tenant * hold + 10**6 * hold
     for i in range(tenants):
         t = demo_address(f"bench/tenant{i:06d}")
-        model.fund_credit(t, [Coin("umfx", 10**12 if i not in exhausted else 10)])
+        model.fund_credit(t, [Coin("umfx", 10**12 if i not in exhausted else short)])
         for _ in range(per_tenant):
             model.create_lease(t, PROVIDER, item)
         if i in exhausted:
@@ -134,7 +139,10 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
         reads=InlineExecutor(),
     )
     router_holder["router"] = sidecar.router
-    clock.advance(timedelta(seconds=5))  # the other provider's accrual uses up the 1%
+    clock.advance(timedelta(seconds=hold + 5))  # the 1%'s leases have used up their reservations
+    # A tx at the new time, so that the chain's latest block is now: a read is judged
+    # by its block's time against max_node_lag, and an hour-old block closes nothing.
+    model.fund_credit(demo_address("bench/clock"), [Coin("umfx", 1)])
 
     # start: the first (check-only) cycle spawns every monitor; time until all exist and answered
     t0 = time.perf_counter()
