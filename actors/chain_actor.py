@@ -25,7 +25,9 @@ from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
 from messages.chain_actor import (
     CloseBatchAnswered,
+    CloseLookupsRestored,
     CloseTxAnswered,
+    CloseTxSigned,
     FlushClosures,
     LeaseCheckAnswered,
     NodeStatusAnswered,
@@ -100,6 +102,14 @@ class ChainDecisions:
             return self.lookups.answered(message, now)
         if isinstance(message, CloseTxAnswered):
             return self.close_lookups.answered(message, now)
+        if isinstance(message, CloseTxSigned):
+            rnd = self.rounds.get(message.round)
+            batch = rnd.batches.get(message.batch) if rnd is not None else None
+            if rnd is None or batch is None:
+                return []  # no round to say whose leases: it cannot happen while its call is out
+            return self.close_lookups.signed(message, rnd.by_tenant(batch.leases), batch.reason, now)
+        if isinstance(message, CloseLookupsRestored):
+            return self.close_lookups.restore(message.lookups, now)
         if isinstance(message, WithdrawLookupsRestored):
             return self.lookups.restore(message.lookups, now)
         if isinstance(message, RetryWithdrawPage):
@@ -144,7 +154,8 @@ class ChainDecisions:
             else:
                 out = rnd.on_check(message, now)
             if isinstance(message, CloseBatchAnswered):
-                out += self._look_up_close(rnd, message, now)
+                closed, recorded = self.close_lookups.settled(message)
+                out += closed + self._look_up_close(rnd, message, now, recorded)
             if rnd.finished:
                 del self.rounds[rnd.round]
             return out
@@ -188,19 +199,13 @@ class ChainDecisions:
         self.cursor, self.resume = w.cursor, w.resume
         return out
 
-    def _look_up_close(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
+    def _look_up_close(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime, recorded: bool) -> list[Effect]:
         """A batch that failed here but may have been applied there: find out what it settled."""
         error = m.error
         batch = rnd.batches.get(m.batch)
         if error is None or not error.may_have_committed or not error.tx_hash or batch is None:
             return []
-        leases = set(m.lease_uuids)
-        by_tenant = tuple(
-            (r.tenant, tuple(u for u in r.lease_uuids if u in leases))
-            for r in rnd.requests
-            if not leases.isdisjoint(r.lease_uuids)
-        )
-        return self.close_lookups.begin(error.tx_hash, by_tenant, batch.reason, now)
+        return self.close_lookups.begin(error.tx_hash, rnd.by_tenant(m.lease_uuids), batch.reason, now, recorded)
 
 
 class ChainActor(CoreActor):

@@ -44,8 +44,11 @@ from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
     CloseBatchCall,
+    CloseSearchAnswered,
+    CloseSearchCall,
     CloseTxAnswered,
     CloseTxCall,
+    CloseTxSigned,
     CreditCall,
     CreditReadsCall,
     LeaseCall,
@@ -128,6 +131,7 @@ class ChainIO(PooledActor):
             WithdrawTxCall: (reads, self._withdraw_tx),
             CloseBatchCall: (writes, self._close_batch),
             CloseTxCall: (reads, self._close_tx),
+            CloseSearchCall: (reads, self._close_search),
         }
 
     def on_receive(self, message: Any) -> None:
@@ -173,9 +177,9 @@ class ChainIO(PooledActor):
         """The failure a caller gets when answering its call went wrong here."""
         text = f"chain-io could not answer {type(message).__name__}: {type(exc).__name__}: {exc}"
         hashes = self._calling.signed
-        if hashes or isinstance(message, CloseBatchCall):
-            # It may have got as far as the chain (a withdraw tells each hash
-            # before it broadcasts; a close cannot): never sent again.
+        if hashes:
+            # It may have got as far as the chain (a withdraw or a close tells
+            # each hash before it broadcasts): never sent again.
             return ChainFailure(
                 type(message).__name__, text, transient=True, may_have_committed=True, tx_hash=hashes[-1] if hashes else ""
             )
@@ -258,15 +262,16 @@ class ChainIO(PooledActor):
         active = {lease.uuid for lease in leases or ()}
         return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active), error)
 
-    def _signed(self, m: WithdrawPageCall | WithdrawLeasesCall) -> Callable[[str], None]:
+    def _signed(self, told: Callable[[str], Any]) -> Callable[[str], None]:
+        """The client's ``signed``: each hash is kept for ``_write`` and told to the chain actor as ``told(hash)``."""
         cause = self._calling.cause
         hashes: list[str] = self._calling.signed
 
         def signed(tx_hash: str) -> None:
             hashes.append(tx_hash)
-            # Before the wait for inclusion: the chain actor has the books remember the tx.
+            # Before the broadcast: the chain actor has the books write the tx ahead.
             with sending_as(CHAIN_IO, cause):
-                self.router.tell(CHAIN, WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
+                self.router.tell(CHAIN, told(tx_hash))
 
         return signed
 
@@ -277,7 +282,7 @@ class ChainIO(PooledActor):
         code rather than a ``ChainError``: nothing says the tx did not go out.
         With the hash it was signed under it is looked up, never sent again.
         ``signs``: the client tells each hash before it broadcasts (withdraws
-        do), so a call that told none sent nothing.
+        and closes do), so a call that told none sent nothing.
         """
         try:
             answer = call()
@@ -295,14 +300,14 @@ class ChainIO(PooledActor):
         )
 
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
-        signed = self._signed(m)
+        signed = self._signed(lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
         page, error = self._write(
             "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed), signs=True
         )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _withdraw_leases(self, m: WithdrawLeasesCall) -> tuple[str, Any]:
-        signed = self._signed(m)
+        signed = self._signed(lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
         page, error = self._write(
             "withdraw_leases", lambda: self.client.withdraw_leases(m.lease_uuids, signed=signed), signs=True
         )
@@ -320,9 +325,16 @@ class ChainIO(PooledActor):
         outcome, error = _attempt("close_outcome", lambda: self.client.close_outcome(m.tx_hash, m.lease_uuids))
         return CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, outcome, error)
 
+    def _close_search(self, m: CloseSearchCall) -> tuple[str, Any]:
+        outcome, error = _attempt(
+            "lease_end_tx", lambda: self.client.lease_end_tx(m.lease_uuid, self.provider_uuid, m.tx_hash)
+        )
+        return SCHEDULER, CloseSearchAnswered(m.lease_uuid, m.tenant, m.closed_at, m.attempt, outcome, error)
+
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
+        signed = self._signed(lambda tx_hash: CloseTxSigned(m.round, m.batch, tx_hash))
         outcome, error = self._write(
-            "close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason), signs=False
+            "close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason, signed=signed), signs=True
         )
         return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome, error)
 
@@ -354,4 +366,5 @@ _FAILED: dict[type, Callable[[Any, ChainFailure], tuple[str, Any]]] = {
     WithdrawTxCall: lambda m, f: (CHAIN, WithdrawTxAnswered(m.cycle, m.page, m.tx_hash, m.attempt, None, f)),
     CloseBatchCall: lambda m, f: (CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, None, f)),
     CloseTxCall: lambda m, f: (CHAIN, CloseTxAnswered(m.tx_hash, m.lease_uuids, m.attempt, None, f)),
+    CloseSearchCall: lambda m, f: (SCHEDULER, CloseSearchAnswered(m.lease_uuid, m.tenant, m.closed_at, m.attempt, None, f)),
 }

@@ -1,23 +1,24 @@
-"""Close txs of unknown outcome: looked up until the chain says what they settled.
+"""Close txs written ahead into the books, and looked up when their answer never came.
 
-A close batch whose tx was broadcast but whose inclusion the client never
-saw (``may_have_committed``) is reported failed to its tenants, who ask for
-the close again at their next check; by then the chain has usually closed
-the leases, and the batch finds them "already closed". What that first tx
-settled from each lease is then known only from its ``lease_closed``
-events: when the websocket missed them too (the same outage), the books
-would never hear of the money our own close moved.
+A close batch's tx hash reaches the books as soon as it is signed
+(``CloseTxSigned``, before the client waits for inclusion): the ledger
+keeps it (``CloseLookupOpened``) until the batch's answer settles it
+(``settled``: the answer booked what it closed and settled, or the tx was
+refused before inclusion; ``CloseLookupClosed``). An answer that may have
+committed (``may_have_committed``, the client never saw the inclusion)
+hands the tx to the lookups instead (``begin``), and so does a restart for
+every tx a previous run left open (``restore``): a sidecar killed while its
+client waited for inclusion, the very moment a close is unknown, books it at
+its next start.
 
-So the chain actor looks the tx up (``ChainClient.close_outcome``) on the
-withdraw lookups' schedule (``actors.withdraw_lookup.LOOKUP_DELAYS``):
-applied, the ledger gets its settlements and the closure of each tenant's
-leases, as for a close answered at once (the ledger keeps one row per tx,
-lease and denom, so a settlement the listener also saw counts once);
-included and failed, or unknown after the last lookup, it closed nothing.
-
-Unlike the withdraw lookups these are not kept in the ledger across a
-restart: a close of unknown outcome that outlives the process is left to
-the listener's events.
+A lookup asks the chain (``ChainClient.close_outcome``) on the withdraw
+lookups' schedule (``actors.withdraw_lookup.LOOKUP_DELAYS``): applied, the
+ledger gets its settlements and the closure of each tenant's leases, at the
+tx's block time (its settlements carry it); the ledger keeps one row per
+tx, lease and denom, and the closure is the same fact as the answer's
+(same time, tenant, leases, reason and tx), so a close booked by both
+counts once. Included and failed, or unknown after the last lookup, it
+closed nothing. Either way the lookup ends in the books too.
 
 Every method takes ``now`` and returns effects.
 """
@@ -28,54 +29,110 @@ from datetime import datetime
 
 from actors.effects import Effect, Note, Send
 from actors.withdraw_lookup import LOOKUP_DELAYS, not_applied_yet
-from messages.chain_actor import CloseTxAnswered, CloseTxCall
+from messages.chain import CloseOutcome
+from messages.chain_actor import CloseBatchAnswered, CloseTxAnswered, CloseTxCall, CloseTxSigned
 from messages.coins import coins, coins_to_dict, format_coins
-from messages.ledger import ClosureRecorded, SettlementsRecorded
+from messages.ledger import ClosureRecorded, CloseLookupClosed, CloseLookupOpened, SettlementsRecorded
 from runtime.router import CHAIN_IO, LEDGER
 
-__all__ = ["CloseLookups"]
+__all__ = ["CloseLookups", "ByTenant", "closure_facts"]
+
+#: (tenant, its leases in one tx), as a close round groups them.
+ByTenant = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: datetime) -> list[Effect]:
+    """The books' facts of a close tx that was applied: what it settled, and each tenant's closure.
+
+    At the tx's block time (its settlements carry it), not at ``now``,
+    when its answer or its lookup came: the same facts whichever brings
+    them, so that the ledger counts them once.
+    """
+    out: list[Effect] = []
+    if outcome.settlements:
+        out.append(Send(LEDGER, SettlementsRecorded(outcome.settlements)))
+    at = min((s.at for s in outcome.settlements), default=now)
+    out += [
+        Send(LEDGER, ClosureRecorded(at, tenant, leases, reason, outcome.tx_hashes))
+        for tenant, leases in by_tenant
+        if leases
+    ]
+    return out
 
 
 class CloseLookups:
-    """The close txs being looked up: hash -> (each tenant's leases in it, the reason)."""
+    """The close txs being looked up, and the signed ones whose answer has not come."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, tuple[tuple[tuple[str, tuple[str, ...]], ...], str]] = {}
+        #: tx hash -> (each tenant's leases in it, the reason)
+        self.pending: dict[str, tuple[ByTenant, str]] = {}
+        #: (round, batch) of a close call -> the hashes it signed, while it has not answered
+        self.unanswered: dict[tuple[int, int], list[str]] = {}
 
-    def begin(self, tx_hash: str, by_tenant: tuple[tuple[str, tuple[str, ...]], ...], reason: str,
-              now: datetime) -> list[Effect]:
+    def signed(self, m: CloseTxSigned, by_tenant: ByTenant, reason: str, now: datetime) -> list[Effect]:
+        """A batch's tx is signed and goes out: the books remember it until its answer settles it."""
+        hashes = self.unanswered.setdefault((m.round, m.batch), [])
+        if not m.tx_hash or m.tx_hash in hashes:
+            return []
+        hashes.append(m.tx_hash)
+        return [Send(LEDGER, CloseLookupOpened(m.tx_hash, reason, by_tenant, now))]
+
+    def settled(self, m: CloseBatchAnswered) -> tuple[list[Effect], bool]:
+        """The batch's answer came: close what it settled; and whether its tx is already in the books.
+
+        Called after the answer's facts (if any) went to the ledger, so the
+        lookup is closed only behind them. The tx of an answer that may have
+        committed stays open: the lookups take it over (``begin``).
+        """
+        hashes = self.unanswered.pop((m.round, m.batch), [])
+        error = m.error
+        keep = error.tx_hash if error is not None and error.may_have_committed else ""
+        out: list[Effect] = [Send(LEDGER, CloseLookupClosed(h)) for h in hashes if h != keep]
+        return out, bool(keep) and keep in hashes
+
+    def begin(self, tx_hash: str, by_tenant: ByTenant, reason: str, now: datetime, recorded: bool = False) -> list[Effect]:
+        """Look ``tx_hash`` up; ``recorded``: the books already hold it (it was signed in this run)."""
         if not tx_hash or tx_hash in self.pending:
             return []
+        opened = [] if recorded else [Send(LEDGER, CloseLookupOpened(tx_hash, reason, by_tenant, now))]
+        return [*opened, *self._first(tx_hash, by_tenant, reason, "may have been applied", now)]
+
+    def restore(self, lookups: tuple[CloseLookupOpened, ...], now: datetime) -> list[Effect]:
+        """Go on with the close txs a previous run left open: each is looked up from the first delay."""
+        out: list[Effect] = []
+        for lookup in lookups:
+            if lookup.tx_hash not in self.pending:
+                out += self._first(lookup.tx_hash, lookup.by_tenant, lookup.reason, "is not in the books yet (from before a restart)", now)
+        return out
+
+    def _first(self, tx_hash: str, by_tenant: ByTenant, reason: str, why: str, now: datetime) -> list[Effect]:
         self.pending[tx_hash] = (by_tenant, reason)
         leases = tuple(u for _, uuids in by_tenant for u in uuids)
         return [
-            Note(f"close tx {tx_hash} of {len(leases)} lease(s) may have been applied; "
-                 f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s"),
+            Note(f"close tx {tx_hash} of {len(leases)} lease(s) {why}; "
+                 f"looking it up in {LOOKUP_DELAYS[0].total_seconds():g}s",
+                 event="close_lookup", fields=(("tx_hash", tx_hash), ("leases", len(leases)))),
             Send(CHAIN_IO, CloseTxCall(tx_hash, leases, 1), at=now + LOOKUP_DELAYS[0]),
         ]
 
     def answered(self, m: CloseTxAnswered, now: datetime) -> list[Effect]:
         entry = self.pending.get(m.tx_hash)
         if entry is None:
-            return []
+            return []  # already settled by an earlier answer
         where = f"close tx {m.tx_hash}"
         if m.result is not None:
             del self.pending[m.tx_hash]
             by_tenant, reason = entry
             total = coins_to_dict(tuple(c for s in m.result.settlements for c in s.amounts))
-            out: list[Effect] = [
+            return [
                 Note(f"{where} was applied after all: {m.result.closed_count} lease(s) closed, "
-                     f"{format_coins(coins(total)) or 'nothing'} settled, now in the books"),
+                     f"{format_coins(coins(total)) or 'nothing'} settled, now in the books",
+                     event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
+                *closure_facts(m.result, by_tenant, reason, now),
+                Send(LEDGER, CloseLookupClosed(m.tx_hash)),
             ]
-            if m.result.settlements:
-                out.append(Send(LEDGER, SettlementsRecorded(m.result.settlements)))
-            # Closed at the tx's block time (its settlements carry it), not at
-            # this lookup's, which comes seconds to minutes later.
-            at = min((s.at for s in m.result.settlements), default=now)
-            out += [Send(LEDGER, ClosureRecorded(at, tenant, leases, reason, (m.tx_hash,))) for tenant, leases in by_tenant]
-            return out
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None:
             del self.pending[m.tx_hash]
-            return [Note(text)]
+            return [Note(text, event="close_lookup_ended", level="warning"), Send(LEDGER, CloseLookupClosed(m.tx_hash))]
         return [Note(text), Send(CHAIN_IO, CloseTxCall(m.tx_hash, m.lease_uuids, m.attempt + 1), at=now + delay)]

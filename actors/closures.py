@@ -17,9 +17,11 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
 3. A batch fails whole when one lease is no longer active. Then ask which are
    still active, drop the others (reported as already closed) and send the
    rest once more.
-4. Tell each tenant what became of its leases, the ledger what was closed,
-   and the scheduler the totals. The ledger hears what each batch settled
-   per lease (its ``LeaseSettled``) as soon as the batch is answered.
+4. Tell each tenant what became of its leases, and the scheduler the
+   totals. The ledger hears what each batch closed and settled (its
+   ``LeaseSettled``, each tenant's ``ClosureRecorded``, at the tx's block
+   time) as soon as the batch is answered, in the same mail that closes
+   the tx's write-ahead entry (``actors.close_lookup``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
+from actors.close_lookup import ByTenant, closure_facts
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from chain.errors import is_lease_gone
@@ -42,9 +45,8 @@ from messages.chain_actor import (
     NodeStatusCall,
 )
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
-from messages.ledger import ClosureRecorded, SettlementsRecorded
 from messages.scheduler import ClosuresFlushed
-from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
+from runtime.router import CHAIN_IO, SCHEDULER, tenant_address
 
 __all__ = ["ClosureBuffer", "CloseRound", "plan_batches"]
 
@@ -151,6 +153,15 @@ class CloseRound:
         self.requests_to_send = kept
         return out
 
+    def by_tenant(self, leases: tuple[str, ...]) -> ByTenant:
+        """Each tenant's leases among ``leases`` (one batch's), in request order."""
+        wanted = set(leases)
+        return tuple(
+            (r.tenant, tuple(u for u in r.lease_uuids if u in wanted))
+            for r in self.requests
+            if not wanted.isdisjoint(r.lease_uuids)
+        )
+
     def on_status(self, message: NodeStatusAnswered, now: datetime) -> list[Effect]:
         s = self.settings
         status, problem = message.status, ""
@@ -189,9 +200,8 @@ class CloseRound:
             for u in message.lease_uuids:
                 self.closed[u] = message.outcome.tx_hashes
             batch.done = True
-            # What the close took from each lease, as the tx's events said.
-            if message.outcome.settlements:
-                out.append(Send(LEDGER, SettlementsRecorded(message.outcome.settlements)))
+            # What the close took from each lease, as the tx's events said, and whose leases it closed.
+            out += closure_facts(message.outcome, self.by_tenant(message.lease_uuids), batch.reason, now)
         elif message.error is not None and is_lease_gone(message.error) and not batch.checked:
             batch.checked = True
             out.append(
@@ -261,7 +271,6 @@ class CloseRound:
             if closed:
                 hashes = tuple(sorted({h for u in closed for h in self.closed[u]}))
                 out.append(Send(to, LeasesClosed(r.tenant, closed, r.reason, hashes)))
-                out.append(Send(LEDGER, ClosureRecorded(now, r.tenant, closed, r.reason, hashes)))
                 out.append(Note(
                     f"closed {len(closed)} lease(s) of tenant {r.tenant}: {r.reason}", r.tenant,
                     event="leases_closed", fields=(("leases", closed), ("reason", r.reason), ("tx_hashes", hashes)),

@@ -42,21 +42,28 @@ retires it when the last lease is gone.
 
 from __future__ import annotations
 
-import msgspec
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
+from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
 from actors.lease_reads import LeaseReads
 from actors.scheduler_settings import SchedulerSettings
-from messages.chain import Lease, LeaseSettled
-from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, LeaseCall, WithdrawRequested
+from messages.chain import Lease
+from messages.chain_actor import (
+    ActiveLeasesCall,
+    CloseSearchAnswered,
+    CreditReadsCall,
+    FlushClosures,
+    LeaseCall,
+    WithdrawRequested,
+)
 from messages.coins import format_coins
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.lease_events import ENDING_KINDS
-from messages.ledger import BillingTickDue, LeaseEventRecorded, LeasesReconciled, SettlementsRecorded
+from messages.ledger import BillingTickDue, LeasesReconciled
 from messages.scheduler import (
     ActiveLeasesRead,
     BillingTickTimer,
@@ -169,6 +176,8 @@ class SchedulerDecisions:
         self.pending: list[tuple[str, bool | None]] = []  # (reason, withdraw) to run after this cycle
         #: leases to be read from the chain for the books (``actors.lease_reads``)
         self.lease_reads = LeaseReads()
+        #: leases found ended by a read: the tx that ended each is found and booked (``actors.close_search``)
+        self.close_searches = CloseSearches()
         #: other providers' leases auto-closed without a tenant named, read to learn whose they were
         self._exhausted_elsewhere: set[str] = set()
         #: an active-lease read has succeeded since the start: the chain has answered
@@ -487,6 +496,9 @@ class SchedulerDecisions:
         gone = set(message.closed) | set(message.already_closed)
         if gone:
             out += self._drop_leases(gone)
+        # Ours were booked from their tx's answer; another's close (the tenant's) is read, and found.
+        self.close_searches.booked_by_us(message.closed)
+        out += self.lease_reads.ask(message.already_closed)
         if self._current(message.cycle, "closing") is None:
             return out
         if message.closed or message.already_closed or message.failed:
@@ -585,64 +597,28 @@ class SchedulerDecisions:
 
     # -- lease events -----------------------------------------------------------------
     def _lease_event(self, message: LeaseEventReceived, now: datetime) -> list[Effect]:
+        """An event of ours is a hint: the lease is read, and only that read changes anything.
+
+        What is watched (a monitor started, a lease ended) and what the books
+        hold (the lease's price and times, what it settled) come from the
+        chain's record, never from a frame's attributes: a forged but
+        well-formed frame (a close of an ACTIVE lease, a settlement of
+        -1,000,000 or 10^26) changes nothing until a read confirms it
+        (``_lease_read``). The tx an ending event names is kept, a hint
+        for finding what that tx settled (``actors.close_search``).
+        """
         ev = message.event
-        ours = ev.provider_uuid == self.provider_uuid
-        out: list[Effect] = []
-        if ours and not ev.tenant:
-            # A withdraw's auto-close names no tenant (provider_withdraw): ours, we know it.
-            tenant = self._tenant_of(ev.lease_uuid)
-            if tenant is None:
-                return self.lease_reads.ask((ev.lease_uuid,))  # the books learn it from the read
-            ev = msgspec.structs.replace(ev, tenant=tenant)
-        if ours:
-            out.append(Send(LEDGER, LeaseEventRecorded(now, ev)))
-            if ev.kind == "acknowledged" or ev.kind in ENDING_KINDS:
-                # Its price and the chain's own times, for the books: it may
-                # end before any active-lease read sees it.
-                out += self.lease_reads.ask((ev.lease_uuid,))
-        if ours and ev.kind in ("created", "acknowledged"):
-            lease = Lease(
-                ev.lease_uuid,
-                ev.tenant,
-                ev.provider_uuid,
-                (),
-                state="ACTIVE" if ev.kind == "acknowledged" else "PENDING",
-            )
-            entry = self.tenants.get(ev.tenant)
-            if entry is None:
-                self.tenants[ev.tenant] = TenantEntry(frozenset({ev.lease_uuid}))
-                out.append(Spawn(ev.tenant, (LeaseOpened(lease),)))
-                out.append(Note(
-                    f"lease {ev.lease_uuid} {ev.kind}: now watching tenant {ev.tenant}", ev.tenant,
-                    event="tenant_watched", fields=(("lease", ev.lease_uuid),),
-                ))
-            elif ev.lease_uuid not in entry.leases:
-                entry.leases = entry.leases | {ev.lease_uuid}
-                entry.synced = False
-                out.append(Send(tenant_address(ev.tenant), LeaseOpened(lease)))
-        elif ours and ev.kind in ENDING_KINDS:
-            if ev.settled and ev.tx_hash:
-                # Whoever closed it (the tenant, the authority, us), what the
-                # close settled belongs in the books; the ledger keeps one
-                # row per (tx, lease, denom), so our own closes count once.
-                settled = LeaseSettled(now, ev.tx_hash, ev.lease_uuid, ev.settled, kind="close", tenant=ev.tenant)
-                out.append(Send(LEDGER, SettlementsRecorded((settled,))))
-            entry = self.tenants.get(ev.tenant)
-            if entry is not None and ev.lease_uuid in entry.leases:
-                out.append(Send(tenant_address(ev.tenant), LeaseGone(ev.lease_uuid, ev.kind)))
-                out += self._drop_leases({ev.lease_uuid})
-                why = f" ({ev.reason})" if ev.reason else ""
-                out.append(Note(
-                    f"lease {ev.lease_uuid} of tenant {ev.tenant} {ev.kind}{why}", ev.tenant,
-                    event="lease_ended", fields=(("lease", ev.lease_uuid), ("kind", ev.kind), ("reason", ev.reason)),
-                ))
-        elif not ours and ev.credit_exhausted:
+        if ev.provider_uuid == self.provider_uuid:
+            if ev.kind in ENDING_KINDS and ev.tx_hash:
+                self.close_searches.hint(ev.lease_uuid, ev.tx_hash)
+            return self.lease_reads.ask((ev.lease_uuid,))
+        if ev.credit_exhausted:
             if not ev.tenant:
                 # Another provider's named-withdraw auto-close names no tenant: read the lease for it.
                 self._exhausted_elsewhere.add(ev.lease_uuid)
-                return out + [Send(CHAIN_IO, LeaseCall(ev.lease_uuid))]
-            out += self._exhausted_elsewhere_for(ev.lease_uuid, ev.tenant, ev.reason, now)
-        return out
+                return [Send(CHAIN_IO, LeaseCall(ev.lease_uuid))]
+            return self._exhausted_elsewhere_for(ev.lease_uuid, ev.tenant, ev.reason, now)
+        return []
 
     def _tenant_of(self, lease_uuid: str) -> str | None:
         for tenant, entry in self.tenants.items():
@@ -668,14 +644,45 @@ class SchedulerDecisions:
         return out
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
-        out = self._ended_by_read(message, now)
         if message.lease_uuid in self._exhausted_elsewhere:
             self._exhausted_elsewhere.discard(message.lease_uuid)
             lease = message.lease
             if lease is None or lease.provider_uuid == self.provider_uuid:
-                return []
-            return out + self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
-        return out + self.lease_reads.answered(message, now)
+                return self._ended_by_read(message, now) + self._opened_by_read(message)
+            return self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
+        stale = message.lease_uuid in self.lease_reads.again  # an answer a newer read supersedes
+        out = self.lease_reads.answered(message, now)
+        if stale:
+            return out
+        lease = message.lease
+        if lease is not None and lease.provider_uuid == self.provider_uuid:
+            # Its closing tx, for what it settled: the search goes into the books ahead of the read.
+            out = self.close_searches.ended(lease, now) + out
+        return self._ended_by_read(message, now) + self._opened_by_read(message) + out
+
+    def _close_searched(self, message: CloseSearchAnswered, now: datetime) -> list[Effect]:
+        return self.close_searches.answered(message, now)
+
+    def _opened_by_read(self, message: LeaseRead) -> list[Effect]:
+        """A lease of ours the chain says is PENDING or ACTIVE, not watched yet: its tenant's monitor gets it."""
+        lease = message.lease
+        if lease is None or lease.state not in ("ACTIVE", "PENDING") or lease.provider_uuid != self.provider_uuid:
+            return []
+        entry = self.tenants.get(lease.tenant)
+        if entry is None:
+            self.tenants[lease.tenant] = TenantEntry(frozenset({lease.uuid}))
+            return [
+                Spawn(lease.tenant, (LeaseOpened(lease),)),
+                Note(
+                    f"lease {lease.uuid} {lease.state.lower()}: now watching tenant {lease.tenant}", lease.tenant,
+                    event="tenant_watched", fields=(("lease", lease.uuid),),
+                ),
+            ]
+        if lease.uuid in entry.leases:
+            return []
+        entry.leases = entry.leases | {lease.uuid}
+        entry.synced = False
+        return [Send(tenant_address(lease.tenant), LeaseOpened(lease))]
 
     def _ended_by_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
         """A lease of ours the listing no longer shows ends once its own read says it did."""
@@ -685,7 +692,14 @@ class SchedulerDecisions:
         entry = self.tenants.get(lease.tenant)
         if entry is None or lease.uuid not in entry.leases:
             return []
-        out: list[Effect] = [Send(tenant_address(lease.tenant), LeaseGone(lease.uuid, lease.state.lower()))]
+        why = f" ({lease.closure_reason})" if lease.closure_reason else ""
+        out: list[Effect] = [
+            Send(tenant_address(lease.tenant), LeaseGone(lease.uuid, lease.state.lower())),
+            Note(
+                f"lease {lease.uuid} of tenant {lease.tenant} {lease.state.lower()}{why}", lease.tenant,
+                event="lease_ended", fields=(("lease", lease.uuid), ("kind", lease.state.lower()), ("reason", lease.closure_reason)),
+            ),
+        ]
         out += self._drop_leases({lease.uuid})
         c = self.cycle
         if lease.tenant not in self.tenants and c is not None and c.phase == "checking" and lease.tenant in c.waiting:
@@ -721,4 +735,5 @@ class SchedulerDecisions:
         LeaseEventReceived: _lease_event,
         LeaseRead: _lease_read,
         LeasesToRead: _leases_to_read,
+        CloseSearchAnswered: _close_searched,
     }

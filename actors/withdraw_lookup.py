@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 
 from actors.effects import Effect, Note, Send
 from actors.withdraw_cycle import page_to_ledger
+from chain.errors import is_no_tx_index
 from messages.chain import ChainFailure
 from messages.chain_actor import WithdrawPageAnswered, WithdrawTxAnswered, WithdrawTxCall, WithdrawTxSigned
 from messages.coins import format_coins
@@ -135,7 +136,7 @@ class WithdrawLookups:
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it withdrew nothing")
         if delay is None:
-            return [Note(text), self._end(m.tx_hash)]
+            return [Note(text, event="withdraw_lookup_ended", level="warning"), self._end(m.tx_hash)]
         return [Note(text), Send(CHAIN_IO, WithdrawTxCall(m.cycle, m.page, m.tx_hash, m.attempt + 1), at=now + delay)]
 
 
@@ -144,8 +145,12 @@ def not_applied_yet(where: str, attempt: int, error: ChainFailure | None, nothin
 
     ``where`` names the tx, ``nothing`` says what a tx that failed did
     ("it withdrew nothing"). An error that is not transient ends the
-    lookups: the tx was included and failed, or its outcome cannot be read.
+    lookups: the tx was included and failed, or its outcome cannot be read
+    (a node that keeps no tx index cannot say: that is not a failed tx).
     """
+    if error is not None and is_no_tx_index(error):
+        return (f"{where}: its outcome cannot be read, the node keeps no tx index ({error.message}): if it was "
+                "applied, its settlements are missing from the books; look it up on a node that indexes txs"), None
     if error is not None and not error.transient:
         if error.may_have_committed:
             return f"{where}: its outcome cannot be read ({error.message}); look it up by hand", None

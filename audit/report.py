@@ -24,7 +24,7 @@ month's end, settled it (``end_month``) and metered it (``meter``), and checks:
 - **the two failing leases**: reported as failing while their payouts were
   blocked, no longer once a withdraw settled them, withdrawn after the
   unblock, paid in full;
-- the PENDING lease the chain expired is ended in the books, never billed;
+- the PENDING lease the chain expired is ended in the books at its expiry (from its read), never billed;
 - the tenants with a PENDING lease elsewhere: on the current chain our
   lease was paid their credit but that lease's tranche, which they keep;
   on v2.1.0 all of it.
@@ -52,7 +52,7 @@ from audit.world import (
     AuditWorld,
 )
 from chain.model import CREDIT_EXHAUSTED_REASON, MAX_BATCH_LEASE_SIZE
-from ledger.periods import from_us
+from ledger.periods import from_us, to_us
 from ledger.statements import lease_lines, statement_run
 
 __all__ = ["Row", "DenomTotals", "AuditResult", "audit"]
@@ -384,28 +384,32 @@ def _failing(world: AuditWorld, rows: list[Row], story: list[str]) -> None:
 
 
 def _pending(world: AuditWorld, rows: list[Row]) -> None:
-    """The lease of ours never acknowledged: the chain expired it; the books end it and bill nothing."""
+    """The lease of ours never acknowledged: the chain expired it; the books end it and bill nothing.
+
+    Its expiry has no tx and its event is only a hint: the books end it
+    from its read, at the chain's own ``expired_at``.
+    """
     uuid = world.cast.pending
     lease = world.model.lease_record(uuid)
     row = world.ledger.lease(uuid)
     with world.ledger.reader() as reader:
-        kinds = [k for (k,) in reader.execute("SELECT kind FROM lease_events WHERE lease_uuid = ? ORDER BY id", (uuid,))]
         lines = reader.execute("SELECT COUNT(*) FROM statement_lines WHERE lease_uuid = ?", (uuid,)).fetchone()[0]
+    expired = lease.lease.state == "EXPIRED" and lease.expired_at is not None
     ended = (
-        row is not None
-        and row["closed_at_us"] is not None
+        expired
+        and row is not None
+        and row["closed_at_us"] == to_us(lease.expired_at)
         and row["active_from_us"] is None
-        and "expired" in kinds
         and lines == 0
     )
-    expired = lease.lease.state == "EXPIRED" and lease.expired_at is not None
     found = (
-        f"chain {lease.lease.state} at {_when(lease.expired_at)}; books: events {kinds}, "
+        f"chain {lease.lease.state} at {_when(lease.expired_at)}; books: "
         f"ended at {_when_us(row['closed_at_us']) if row else '-'}, active from "
         f"{_when_us(row['active_from_us']) if row else '-'}, {lines} statement lines"
     )
     rows.append(
-        Row("the lease never acknowledged: expired, ended in the books", "EXPIRED; ended, never billed", found, ended and expired)
+        Row("the lease never acknowledged: expired, ended in the books", "EXPIRED; ended at its expiry, never billed",
+            found, ended)
     )
 
 

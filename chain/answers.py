@@ -166,6 +166,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], str], bool]] = {
     "withdraw_outcome": (_withdraw_page, True),  # None: no node knows the tx yet
     "close_leases": (_close_outcome, False),
     "close_outcome": (_close_outcome, True),  # None: no node knows the tx yet
+    "lease_end_tx": (_close_outcome, True),  # None: the node's search finds no tx that ended the lease
     "active_leases_by_provider": (_leases, False),
     "leases_by_tenant": (_listing, False),
     "lease": (_lease, False),

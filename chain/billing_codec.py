@@ -107,6 +107,8 @@ def lease_from_proto(p: types_pb2.Lease) -> Lease:
         min_lease_duration_at_creation=p.min_lease_duration_at_creation,
         # Field 16 exists on the current chain only, on every lease it returns.
         reservation=coins_from_proto(p.reservation.remaining_amounts) if p.HasField("reservation") else None,
+        ended_at=time_from_proto(p.expired_at, p.HasField("expired_at"))
+        or time_from_proto(p.rejected_at, p.HasField("rejected_at")),
     )
 
 

@@ -5,7 +5,8 @@ a cursor key, active leases by provider, credit account, close leases), plus
 what leasewarden adds for the real chain: named withdraws (the only way to
 reach every lease on a chain without the withdraw cursor), a tenant's leases
 of every provider (what the credit rule needs), the chain's
-``CreditEstimate``, single lease reads, tx lookups and the node's sync status.
+``CreditEstimate``, single lease reads, tx lookups (by hash, and the tx that
+ended a lease, by the node's tx search) and the node's sync status.
 
 The reads a closure is decided on carry the height the node answered at
 (a Cosmos SDK node sends it with every query, as the gRPC response header
@@ -97,8 +98,20 @@ class ChainClient(Protocol):
         """The tenant's credit account and balances, ``height`` set to the height the node answered at."""
         ...
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
-        """Close 1..100 leases in one ``MsgCloseLease``; all or nothing."""
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """Close 1..100 leases in one ``MsgCloseLease``; all or nothing. ``signed`` as for ``withdraw_by_provider``."""
+        ...
+
+    def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
+        """The tx that ended ``lease_uuid`` (``chain.lease_end``: found by the node's tx search, or by
+        ``tx_hash`` when an event named one and that tx did end it), with what it settled on that
+        lease (of ``provider_uuid``) at its block time, not on the others it ended; None when the
+        node finds none.
+
+        Raises ``ChainError`` ``chain.errors.NO_TX_INDEX`` when the node keeps no tx index.
+        """
         ...
 
     def credit_estimate(self, tenant: str) -> CreditEstimate: ...

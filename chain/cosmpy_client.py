@@ -48,6 +48,11 @@ one signer must carry consecutive sequence numbers:
    tx's block time (``timestamp``; the block's header time if a node leaves
    it out): a ``WithdrawPage`` or ``CloseOutcome`` carries them for the ledger.
 
+The tx that ended a lease the sidecar did not hear end is found with
+``GetTxsEvent`` (``lease_end_tx``, the queries of ``chain.lease_end``); a
+node whose indexer is ``null`` answers "transaction indexing is disabled",
+which is ``chain.errors.NO_TX_INDEX``.
+
 Every failure is a ``chain.errors.ChainError`` with the node's codespace and
 code (gRPC texts without numbers are read through ``chain.sdk_errors``);
 transport failures are transient. Only the transient cases above are retried
@@ -84,6 +89,8 @@ from chain.billing_codec import (
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
     CLIENT,
+    NO_TX_INDEX,
+    TX_INDEX,
     GAS_OVER_CAP,
     GRPC,
     INVALID_LEASE,
@@ -95,6 +102,7 @@ from chain.errors import (
 )
 from chain.client import Listing
 from chain.keys import ProviderKey, load_provider_key
+from chain.lease_end import ending_kind, ending_queries, lease_end_outcome
 from chain.listing import walk_pages
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
 from chain.node_settings import read_tls_ca
@@ -153,6 +161,9 @@ SIMULATE_BREAKER_COOLDOWN = 30.0
 
 #: Re-sends of one tx's exact bytes after its broadcast answer was lost.
 _LOST_BROADCAST_RESENDS = 3
+#: Txs asked for per search: the tx that ended a lease is one (a few, where
+#: a close tx of the lease failed); more than a page would be a node's oddity.
+_SEARCH_LIMIT = 20
 #: First pause before a re-send; doubled each time (a lost answer usually
 #: means the connection is being re-established).
 _RESEND_BACKOFF = 0.05
@@ -628,6 +639,65 @@ class CosmpyChainClient:
             cost=included.cost,
         )
 
+    def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
+        """The tx that ended ``lease_uuid`` and what it settled on that lease (``chain.lease_end``); None if not found.
+
+        ``tx_hash``: a hint (an event named it): looked up first, used only
+        if that tx did end the lease. Raises ``ChainError`` ``NO_TX_INDEX``
+        when the node keeps no tx index.
+        """
+        op = f"lease_end_tx {lease_uuid}"
+        queries = ending_queries(lease_uuid)
+        if tx_hash:
+            try:
+                found = self._get_tx(op, tx_hash)
+            except ChainError:
+                found = None  # the hint is only a hint: the search below says what the node can
+            if found is not None and found.code == 0:
+                outcome = self._ended(op, found, lease_uuid, provider_uuid)
+                if outcome is not None:
+                    return outcome
+        for query in queries:
+            for response in self._search(op, query):
+                if response.code == 0:
+                    outcome = self._ended(op, response, lease_uuid, provider_uuid)
+                    if outcome is not None:
+                        return outcome
+        return None
+
+    def _search(self, op: str, query: str) -> list[abci_pb2.TxResponse]:
+        """``GetTxsEvent`` (SDK 0.50: ``query``, ``page`` from 1): the first page, oldest first."""
+        request = tx_service.GetTxsEventRequest(query=query, page=1, limit=_SEARCH_LIMIT, order_by=tx_service.ORDER_BY_ASC)
+        try:
+            return list(self._txs.GetTxsEvent(request, timeout=self.query_timeout).tx_responses)
+        except grpc.RpcError as exc:
+            details = (exc.details() if hasattr(exc, "details") else "") or ""
+            if "indexing is disabled" in details:
+                raise ChainError(
+                    f"{op}: the node keeps no tx index ({details}): a tx cannot be found by its events",
+                    codespace=TX_INDEX, code=NO_TX_INDEX, transient=False,
+                ) from None
+            raise rpc_error(op, exc) from None
+
+    def _ended(self, op: str, found: abci_pb2.TxResponse, lease_uuid: str, provider_uuid: str) -> CloseOutcome | None:
+        events = tuple((e.type, {a.key: a.value for a in e.attributes}) for e in found.events)
+        if not ending_kind(events, lease_uuid):
+            return None
+        included = self._included(op, found.txhash, found)
+        at = self._block_time(op, included)
+        if at is None:
+            return None  # no block time: not booked at a wrong one (the search is asked again later)
+        total: tuple[Coin, ...] = ()
+        for any_msg in included.msg_responses:
+            if any_msg.type_url == MSG_WITHDRAW_RESPONSE:
+                r = billing_tx.MsgWithdrawResponse()
+                try:
+                    r.ParseFromString(any_msg.value)
+                except DecodeError:
+                    continue
+                total = add_coins(total, coins_from_proto(r.total_amounts))
+        return lease_end_outcome(included.txhash, at, included.events, lease_uuid, provider_uuid, total)
+
     def _looked_up(self, op: str, tx_hash: str) -> IncludedTx | None:
         """A tx of unknown outcome, as included; None while no node knows it; a ``ChainError`` if it failed."""
         found = self._get_tx(op, tx_hash)
@@ -655,11 +725,15 @@ class CosmpyChainClient:
             ),
         )
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
-        """One ``MsgCloseLease`` of 1..100 leases; the chain closes all or none."""
-        return self.close_lease_batches([lease_uuids], reason)
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """One ``MsgCloseLease`` of 1..100 leases; the chain closes all or none. ``signed`` as for a withdraw."""
+        return self.close_lease_batches([lease_uuids], reason, signed=signed)
 
-    def close_lease_batches(self, batches: Sequence[Sequence[str]], reason: str) -> CloseOutcome:
+    def close_lease_batches(
+        self, batches: Sequence[Sequence[str]], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
         """One tx with a ``MsgCloseLease`` per batch (each 1..100 leases); atomic as a whole."""
         if not batches:
             raise ChainError.billing(INVALID_LEASE, "close_leases: no leases given")
@@ -671,7 +745,7 @@ class CosmpyChainClient:
         msgs = [billing_tx.MsgCloseLease(sender=self.address, lease_uuids=list(b), reason=reason) for b in batches]
         total = sum(len(b) for b in batches)
         op = f"close_leases ({total} leases)"
-        included = self.send_messages(op, msgs)
+        included = self.send_messages(op, msgs, signed=signed)
         closed = 0
         for i in range(len(msgs)):
             r = billing_tx.MsgCloseLeaseResponse()

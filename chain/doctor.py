@@ -7,17 +7,21 @@ what it found:
 2. ``chain id``: the node's network is ``[chain] chain_id``;
 3. ``synced``: the node is not catching up and its latest block is no
    older than ``[scheduler] max_node_lag``;
-4. ``key``: the provider key loads (from ``key_file`` or ``key_env``; the
+4. ``tx index``: the node keeps a tx index (a lookup of a hash no tx has
+   answers "not found", not "transaction indexing is disabled"): without
+   one the sidecar cannot read what its own txs did, nor find the closes it
+   did not hear;
+5. ``key``: the provider key loads (from ``key_file`` or ``key_env``; the
    key itself is never shown);
-5. ``account``: the key's account exists on chain;
-6. ``provider``: ``[provider] uuid`` is registered (``liftedinit.sku.v1``)
+6. ``account``: the key's account exists on chain;
+7. ``provider``: ``[provider] uuid`` is registered (``liftedinit.sku.v1``)
    to that account, and active;
-7. ``fee``: a ``MsgWithdraw`` simulates with the fee the sidecar would pay
+8. ``fee``: a ``MsgWithdraw`` simulates with the fee the sidecar would pay
    (``fee_denom``, ``gas_price``, ``gas_adjustment``), and the gas price is
    at least the node's minimum where the node says it
    (``cosmos.base.node.v1beta1.Service/Config``): a simulation alone never
    checks the fee against it;
-8. ``websocket``: the provider's subscriptions (``chain.ws_query.provider_queries``) are accepted.
+9. ``websocket``: the provider's subscriptions (``chain.ws_query.provider_queries``) are accepted.
 
 A check that needs one that failed is not run ("skip"). Nothing is
 broadcast: the simulation is the only tx, and it is never sent.
@@ -45,6 +49,7 @@ from cosmpy.aerial.urls import parse_url
 from cosmpy.protos.cosmos.auth.v1beta1 import query_pb2 as auth_query, query_pb2_grpc as auth_grpc
 from cosmpy.protos.cosmos.base.node.v1beta1 import query_pb2 as node_query, query_pb2_grpc as node_grpc
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
+from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
 
 __all__ = ["Check", "NodeDoctor", "min_gas_prices"]
 
@@ -122,8 +127,9 @@ class NodeDoctor:
             reachable = self._grpc(channel, checks)
             if reachable:
                 self._synced(channel, checks)
+                self._tx_index(channel, checks)
             else:
-                checks += _skipped("not checked: the gRPC endpoint does not answer", "chain id", "synced")
+                checks += _skipped("not checked: the gRPC endpoint does not answer", "chain id", "synced", "tx index")
             key = self._key(checks)
             if not reachable or key is None:
                 why = "the gRPC endpoint does not answer" if not reachable else "the key did not load"
@@ -170,6 +176,21 @@ class NodeDoctor:
                                                  f"more than [scheduler] max_node_lag"))
         else:
             checks.append(Check("synced", True, f"height {header.height}, latest block {max(lag.total_seconds(), 0):.0f}s old"))
+
+    def _tx_index(self, channel: grpc.Channel, checks: list[Check]) -> None:
+        try:
+            tx_grpc.ServiceStub(channel).GetTx(tx_service.GetTxRequest(hash="00" * 32), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
+            elif "indexing is disabled" in (exc.details() or ""):
+                checks.append(Check("tx index", False, "the node keeps no tx index (\"transaction indexing is disabled\"): "
+                                    "the sidecar could not read what its txs did; set [tx_index] indexer = \"kv\" "
+                                    "in the node's config.toml"))
+            else:
+                checks.append(Check("tx index", False, f"a tx could not be looked up ({_status_detail(exc)})"))
+            return
+        checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
 
     def _key(self, checks: list[Check]) -> ProviderKey | None:
         source = f"key file {self.key_file}" if self.key_file else f"environment variable {self.node.key_env}"

@@ -98,6 +98,12 @@ SDK_INSUFFICIENT_FEE = 13
 SDK_TX_IN_MEMPOOL = 19
 SDK_SEQUENCE_MISMATCH = 32
 
+#: The node cannot search its txs by event (codespace ``tx_index``, code
+#: ``NO_TX_INDEX``): its indexer is ``null`` ("transaction indexing is
+#: disabled"). Not transient: asking again gets the same answer.
+TX_INDEX = "tx_index"
+NO_TX_INDEX = 1
+
 # This client's refusals (codespace "client").
 #: The simulated gas x gas_adjustment is over [node] max_gas_limit: such a tx
 #: would only be refused, or run out of gas at the cap, with its fee paid.
@@ -274,4 +280,9 @@ def is_lease_gone(failure: ChainFailure) -> bool:
     return failure.codespace == BILLING and failure.code in (LEASE_NOT_FOUND, LEASE_NOT_ACTIVE)
 
 
-__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused"]
+def is_no_tx_index(failure: ChainFailure) -> bool:
+    """The failure says the node keeps no tx index to search."""
+    return failure.codespace == TX_INDEX and failure.code == NO_TX_INDEX
+
+
+__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused", "TX_INDEX", "NO_TX_INDEX", "is_no_tx_index"]

@@ -307,6 +307,7 @@ class _Lease:
                 closure_reason=self.closure_reason,
                 min_lease_duration_at_creation=self.min_lease_duration_at_creation,
                 reservation=None if self.reservation is None else coins(self.reservation),
+                ended_at=self.expired_at or self.rejected_at,
             )
         return self._snap
 

@@ -11,6 +11,11 @@ slot tells our tx from other threads'). So the tx hash it reports is the one
 every other subscriber sees (the ledger's model feed deduplicates the
 settlements it reads from the same events on (tx, lease, denom)), and the
 per-lease settlements come from the events as on a node.
+
+Every tx the model emits is also kept in a ``chain.tx_index.TxIndex`` (one
+per model, as a node's indexer outlives its clients), which ``lease_end_tx``
+searches as a node's ``GetTxsEvent`` is searched; ``tx_index`` set to
+``null`` makes it answer as a node without an index.
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ from chain.model import (
     PageRequest,
     TxEvents,
 )
-from chain.errors import INVALID_LEASE, ChainError, QueryRefused
+from chain.errors import INVALID_LEASE, NO_TX_INDEX, TX_INDEX, ChainError, QueryRefused
+from chain.lease_end import ending_queries, lease_end_outcome
+from chain.tx_index import TxIndex
+from chain.ws_query import parse_query
 from chain.sdk_errors import status_error
 from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
@@ -52,6 +60,8 @@ KEPT_TXS = 10_000
 _PAGES: "weakref.WeakKeyDictionary[BillingModel, dict[str, WithdrawPage]]" = weakref.WeakKeyDictionary()
 _CLOSES: "weakref.WeakKeyDictionary[BillingModel, dict[str, CloseOutcome]]" = weakref.WeakKeyDictionary()
 _KEPT_LOCK = threading.Lock()
+#: Per model, every tx it emitted: its tx index (see the module doc).
+_INDEXES: "weakref.WeakKeyDictionary[BillingModel, TxIndex]" = weakref.WeakKeyDictionary()
 
 
 class ModelChainClient:
@@ -79,6 +89,12 @@ class ModelChainClient:
         with _KEPT_LOCK:
             self._pages = _PAGES.setdefault(model, {})
             self._closes = _CLOSES.setdefault(model, {})
+            self.tx_index = _INDEXES.get(model)
+            if self.tx_index is None:
+                self.tx_index = _INDEXES[model] = TxIndex()
+                model.subscribe(self.tx_index.add)
+        #: the node's indexer as ``[devnet] tx_index`` names it: kv, hash_only, null
+        self.tx_index_mode = "kv"
         #: per thread: the txs the model emitted during this thread's write, or None
         self._emitted = threading.local()
         #: height -> the time of the first tx or block seen at it
@@ -240,7 +256,10 @@ class ModelChainClient:
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         return self._call("credit_estimate", tenant, lambda: self.model.credit_estimate(tenant))
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
+    def close_leases(
+        self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None
+    ) -> CloseOutcome:
+        """As the chain's; ``signed`` hears the tx's hash once the model applied it (it knows none before)."""
         if len(lease_uuids) > MAX_BATCH_LEASE_SIZE:
             raise ChainError.billing(INVALID_LEASE, f"at most {MAX_BATCH_LEASE_SIZE} leases per close")
 
@@ -252,6 +271,8 @@ class ModelChainClient:
             settled = settlements_in_tx(tx.tx_hash, tx.time, tx.pairs(), lease_uuids=set(lease_uuids))
             outcome = CloseOutcome(closed_count=r.closed_count, tx_hashes=(tx.tx_hash,), settlements=tuple(settled))
             _keep(self._closes, tx.tx_hash, outcome)
+            if signed is not None:
+                signed(tx.tx_hash)
             self._maybe_lose_answer("close_leases", f"({len(lease_uuids)} leases)", tx.tx_hash)
             return outcome
 
@@ -259,6 +280,32 @@ class ModelChainClient:
 
     def close_outcome(self, tx_hash: str, lease_uuids: Sequence[str]) -> CloseOutcome | None:
         return self._call("close_outcome", tx_hash, lambda: _kept(self._closes, tx_hash))
+
+    def lease_end_tx(self, lease_uuid: str, provider_uuid: str, tx_hash: str = "") -> CloseOutcome | None:
+        """The tx that ended ``lease_uuid``, searched in the model's tx index (see ``CosmpyChainClient.lease_end_tx``)."""
+
+        def find() -> CloseOutcome | None:
+            queries = ending_queries(lease_uuid)
+            if self.tx_index_mode == "null":
+                raise ChainError(
+                    f"lease_end_tx {lease_uuid}: the node keeps no tx index (transaction indexing is disabled)",
+                    codespace=TX_INDEX, code=NO_TX_INDEX, transient=False,
+                )
+            self.tx_index.events = self.tx_index_mode == "kv"
+            candidates = [self.tx_index.get(tx_hash)] if tx_hash else []
+            for query in queries:
+                candidates += self.tx_index.search(parse_query(query))[0]
+            for tx in candidates:
+                if tx is None:
+                    continue
+                page = self._pages.get(tx.tx_hash)
+                total = page.total_amounts if page is not None else ()
+                outcome = lease_end_outcome(tx.tx_hash, tx.time, tx.pairs(), lease_uuid, provider_uuid, total)
+                if outcome is not None:
+                    return outcome
+            return None
+
+        return self._call("lease_end_tx", lease_uuid, find)
 
     def _maybe_lose_answer(self, operation: str, subject: str, tx_hash: str) -> None:
         """An applied tx whose answer the faults say is lost: as a node's client, "may have committed"."""

@@ -26,5 +26,5 @@ class ReadOnlyClient:
     def withdraw_by_provider(self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None) -> WithdrawPage:
         raise ChainError("withdraw_by_provider: dry run: no tx is sent", codespace="dry_run", transient=False)
 
-    def close_leases(self, lease_uuids: Sequence[str], reason: str) -> CloseOutcome:
+    def close_leases(self, lease_uuids: Sequence[str], reason: str, signed: Callable[[str], None] | None = None) -> CloseOutcome:
         raise ChainError("close_leases: dry run: no tx is sent", codespace="dry_run", transient=False)

@@ -99,6 +99,7 @@ def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: b
         min_gas_price=Decimal(settings.min_gas_price),
         fee_denom=config.node.fee_denom,
         catching_up=settings.catching_up,
+        tx_index=settings.tx_index,
     )
     key = ProviderKey.generate("devnet provider")
     node.add_account(key.address, fee_balance=settings.provider_funds, kind=settings.signer_account)

@@ -11,7 +11,12 @@ without that module would):
   cosmpy's default gas strategy reads.
 - ``cosmos.tx.v1beta1.Service``: ``Simulate`` (UNKNOWN with the node's
   error text on failure, as the SDK answers), ``BroadcastTx`` (sync: the
-  CheckTx code in ``tx_response``), ``GetTx`` (NOT_FOUND until included).
+  CheckTx code in ``tx_response``), ``GetTx`` (NOT_FOUND until included),
+  ``GetTxsEvent`` (SDK 0.50: ``query`` in the websocket's language,
+  ``page`` from 1, ``limit`` up to 100, ``order_by``; every failure of the
+  search, a query it cannot parse or a node whose indexer is ``null``
+  ("transaction indexing is disabled", which ``GetTx`` answers too), is
+  INTERNAL with the node's text, as the SDK wraps ``QueryTxsByEvents``).
 - ``cosmos.base.tendermint.v1beta1.Service``: ``GetLatestBlock`` (height,
   time, chain id), ``GetBlockByHeight`` (a past block's height and time;
   NOT_FOUND for one not made yet), ``GetSyncing`` (``catching_up``) and
@@ -66,6 +71,7 @@ from chain.billing_codec import (
 from chain.billing_pb import query_pb2, query_pb2_grpc, types_pb2
 from chain.errors import QueryRefused
 from chain.model import LeaseRecord, PageRequest
+from chain.ws_query import QueryError, parse_query
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
@@ -334,12 +340,41 @@ class _TxService(tx_grpc.ServiceServicer):
     def GetTx(self, request, context):
         if not request.hash:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be nil")
+        if self.node.tx_index_mode == "null":
+            # CometBFT's Tx with a null indexer; the SDK passes the error on as it is.
+            context.abort(grpc.StatusCode.UNKNOWN, INDEXING_DISABLED)
         found = self.node.get_tx(request.hash)
         if found is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"tx not found: {request.hash}")
         tx = tx_pb2.Tx()
         found.tx.Unpack(tx)
         return tx_service.GetTxResponse(tx=tx, tx_response=found)
+
+
+    def GetTxsEvent(self, request, context):
+        if self.node.tx_index_mode == "null":
+            context.abort(grpc.StatusCode.INTERNAL, INDEXING_DISABLED)
+        if not request.query:
+            context.abort(grpc.StatusCode.INTERNAL, "query cannot be empty")
+        try:
+            query = parse_query(request.query)
+        except QueryError as exc:
+            context.abort(grpc.StatusCode.INTERNAL, f"failed to search for txs: {exc}")
+        found, total = self.node.search_txs(
+            query, page=request.page or 1, limit=request.limit or 100,
+            descending=request.order_by == tx_service.ORDER_BY_DESC,
+        )
+        response = tx_service.GetTxsEventResponse(tx_responses=found, total=total)
+        for r in found:
+            tx = tx_pb2.Tx()
+            if r.HasField("tx"):
+                r.tx.Unpack(tx)
+            response.txs.append(tx)
+        return response
+
+
+#: What CometBFT answers a search (or a tx by hash) on a node whose indexer is ``null``.
+INDEXING_DISABLED = "transaction indexing is disabled"
 
 
 class _TendermintService(tm_grpc.ServiceServicer):

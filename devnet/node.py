@@ -28,6 +28,14 @@ top of the billing model (``chain.model.BillingModel``):
   raw log, events, ``data`` = hex of ``TxMsgData`` with the ``Msg*Response``
   ``Any``s); ``None`` until included.
 - **Status**: latest height and block time, ``catching_up``.
+- **Tx index** (``tx_index``): every tx the chain includes, the node's own
+  and those made on the model directly (the demo's tenants closing their
+  leases), kept by ``chain.tx_index.TxIndex`` for ``GetTxsEvent`` (and
+  ``GetTx`` of a tx that did not go through this node's mempool). Its mode
+  is a node's ``[tx_index]`` setting: ``kv`` indexes every event,
+  ``hash_only`` none (an ``index-events`` list that leaves the billing
+  events out: a search finds nothing), ``null`` nothing at all (the gRPC
+  server then answers "transaction indexing is disabled").
 
 Faults for tests and the demo: ``set_catching_up``, ``advance_sequence``
 (another writer used the key), ``add_gas_surcharge`` (execution costs more
@@ -62,7 +70,8 @@ from chain.errors import (
     ChainError,
 )
 from chain.keys import BECH32_PREFIX
-from chain.model import BillingModel
+from chain.model import BillingModel, TxEvents
+from chain.tx_index import TxIndex
 from chain.sdk_errors import (
     MESSAGE_FAILURE,
     SDK_INVALID_ADDRESS,
@@ -227,6 +236,7 @@ class DevnetNode:
         fee_denom: str = FEE_DENOM,
         catching_up: bool = False,
         prefix: str = BECH32_PREFIX,
+        tx_index: str = "kv",
     ) -> None:
         if block_time <= timedelta(0):
             raise ValueError(f"block_time must be positive, got {block_time}")
@@ -251,6 +261,10 @@ class DevnetNode:
         self._last_block_height = 0
         self._faults = _Faults(catching_up=catching_up)
         self._stopped = False
+        self.tx_index_mode = ""
+        self.tx_index = TxIndex()
+        self.set_tx_index(tx_index)
+        model.subscribe(self.tx_index.add)
         model.set_block_source(self.next_height, self.latest_block_time, self._expiry_block)
 
     # -- chain time -------------------------------------------------------------
@@ -306,6 +320,13 @@ class DevnetNode:
             return acct.fee_balance if acct else 0
 
     # -- faults -----------------------------------------------------------------
+    def set_tx_index(self, mode: str) -> None:
+        """The node's ``[tx_index]``: ``kv`` (every event searchable), ``hash_only`` or ``null`` (``TX_INDEX_MODES``)."""
+        if mode not in TX_INDEX_MODES:
+            raise ValueError(f"tx_index {mode!r}: expected one of {', '.join(TX_INDEX_MODES)}")
+        self.tx_index_mode = mode
+        self.tx_index.events = mode == "kv"
+
     def set_catching_up(self, on: bool) -> None:
         self._faults.catching_up = on
 
@@ -683,8 +704,23 @@ class DevnetNode:
 
     # -- reads ------------------------------------------------------------------
     def get_tx(self, txhash: str) -> abci_pb2.TxResponse | None:
+        """An included tx's ``TxResponse``: this node's own, or one the chain made outside its mempool."""
         with self._lock:
-            return self._included.get(txhash.upper())
+            found = self._included.get(txhash.upper())
+        if found is not None:
+            return found
+        indexed = self.tx_index.get(txhash)
+        return None if indexed is None else _response_of(indexed)
+
+    def search_txs(self, query, page: int = 1, limit: int = 100, descending: bool = False) -> tuple[list[abci_pb2.TxResponse], int]:
+        """``GetTxsEvent``: the included txs matching ``query`` (``chain.ws_query.Query``), and how many match."""
+        found, total = self.tx_index.search(query, page, limit, descending)
+        out = []
+        with self._lock:
+            for tx in found:
+                own = self._included.get(tx.tx_hash)
+                out.append(own if own is not None else _response_of(tx))
+        return out, total
 
     def tx_data(self, txhash: str) -> bytes | None:
         """The ``TxMsgData`` of an included tx (what the websocket's ``TxResult.result.data`` carries)."""
@@ -730,6 +766,17 @@ class _Rollback(Exception):
         self.events = events
 
 
+def _response_of(tx: TxEvents) -> abci_pb2.TxResponse:
+    """The ``TxResponse`` of a tx the chain made outside the node's mempool: its height, time and events.
+
+    It carries no tx bytes and no ``data`` (the devnet never had them): a
+    client reading it gets the events, which is where a settlement is.
+    """
+    response = abci_pb2.TxResponse(height=tx.height, txhash=tx.tx_hash, timestamp=time_to_rfc3339(tx.time))
+    response.events.extend(_abci_event(e) for e in tx.events)
+    return response
+
+
 def _abci_event(e) -> abci_types.Event:
     return abci_types.Event(
         type=e.type,
@@ -737,4 +784,7 @@ def _abci_event(e) -> abci_types.Event:
     )
 
 
-__all__ += ["tx_hash", "MSG_WITHDRAW", "MSG_CLOSE_LEASE"]
+#: ``[devnet] tx_index``: what the node's tx indexer keeps (see the module doc).
+TX_INDEX_MODES = ("kv", "hash_only", "null")
+
+__all__ += ["tx_hash", "MSG_WITHDRAW", "MSG_CLOSE_LEASE", "TX_INDEX_MODES"]

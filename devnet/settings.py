@@ -79,6 +79,12 @@ class DevnetSettings:
     )
     error_seed: int = setting(1, "seed of the random failures, so a run can be repeated", min=0, max=2**63 - 1)
     catching_up: bool = setting(False, "the node reports it is syncing (its state is stale)")
+    tx_index: str = setting(
+        "kv",
+        "the node's tx indexer: kv (every event searchable with GetTxsEvent), hash_only (txs by hash only: a search "
+        "finds nothing) or null (GetTx and GetTxsEvent answer \"transaction indexing is disabled\")",
+        choices=("kv", "hash_only", "null"),
+    )
     stale_read_rate: float = setting(
         0.0,
         "fraction of CreditAccount and LeasesByTenant answers served from an older height while the node says it is "

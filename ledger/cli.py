@@ -248,11 +248,14 @@ def _grace(config: Any) -> timedelta:
 
 
 def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:
-    rows = [("month", "status", "runs", "latest run", "latest status", "at", "error", "note")]
+    rows = [("month", "status", "runs", "latest run", "latest status", "at", "held back", "error", "note")]
     periods = Periods(ledger)
+    held: list[tuple[str, str, str, str]] = []
     for p in periods.list():
         latest = p.latest_run
         forced = periods.forced_reason(parse_month(p.period)) if p.status == "finalized" else ""
+        run_held = _held(ledger, latest.id) if latest is not None and latest.status in ("completed", "finalized") else []
+        held += [(p.period, lease, tenant, why) for lease, tenant, why in run_held]
         rows.append(
             (
                 p.period,
@@ -261,17 +264,49 @@ def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetim
                 latest.id if latest else "",
                 latest.status if latest else "",
                 iso(latest.completed or latest.started) if latest else "",
+                f"{len(run_held)} lease(s)" if run_held else "",
                 latest.error if latest else "",
                 f"finalized before its grace had passed: {forced}" if forced else "",
             )
         )
     if len(rows) == 1:
         print("no billing period stored yet (the first tick after a month ends writes one)")
-        return 0
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    else:
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    _print_lease_notes(held, ledger.lease_issues())
     return 0
+
+
+def _held(ledger: Ledger, run_id: str) -> list[tuple[str, str, str]]:
+    with ledger.read() as c:
+        return c.execute(
+            "SELECT lease_uuid, tenant, reason FROM run_held_leases WHERE run_id = ? ORDER BY lease_uuid", (run_id,)
+        ).fetchall()
+
+
+#: How each kind of lease issue reads in ``periods``.
+_ISSUE_WORDS = {
+    "unread": "cannot be read from the chain (read again with backoff; only its own billing waits)",
+    "close_not_found": "ended while unheard, and the node's tx search finds no tx that ended it: its last settlement is not in the books",
+    "no_tx_index": "ended while unheard, and the node keeps no tx index: its last settlement is not in the books",
+    "close_sought": "ended; the tx that ended it is being looked for (again at the next start): its last settlement is not in the books yet",
+    "settlement_refused": "a settlement was refused (more than it could have accrued, or negative)",
+}
+
+
+def _print_lease_notes(held: list[tuple[str, str, str, str]], issues: list[Any]) -> None:
+    """Per lease, what the books lack of it: held back from a metered month, or an open issue."""
+    if not held and not issues:
+        return
+    print()
+    print("leases the books cannot say everything of:")
+    for period, lease, tenant, why in held:
+        print(f"  {period}  lease {lease} of {tenant or '?'}: held back from the month's run ({why})")
+    for i in issues:
+        print(f"  {i.period}  lease {i.lease_uuid} of {i.tenant or '?'}: {_ISSUE_WORDS.get(i.kind, i.kind)}; "
+              f"since {iso(i.since)}: {i.detail}")
 
 
 def _finalize(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetime) -> int:

@@ -25,6 +25,12 @@ What a lease accrues within a month is ``A(to) - A(from)``; months then add
 up to the lease's whole accrual with nothing counted twice or lost,
 whatever the sub-second offsets.
 
+A lease the books cannot price (never read from the chain: it has no
+known price, or its read keeps failing) holds back only itself: it is left
+out of the month, settlements included, and named as held back in the run
+(``run_held_leases``) and the statement; every other lease is billed. Its
+read comes later and a run not yet finalized can meter it then.
+
 Streamed, not loaded whole: the month's leases (in uuid order) and its
 settlements (summed per lease and denom by SQLite over one clustered range of
 the table, exactly: see ``_SETTLEMENTS``) are read as two sorted cursors from
@@ -46,7 +52,7 @@ from ledger.runs import Periods
 from ledger.store import Ledger, rate_of_items
 from ledger.tick import Metered, RunFailed
 
-__all__ = ["meter_month", "accrued_seconds", "lines_of_month", "MeterResult", "BATCH_LEASES", "Line"]
+__all__ = ["meter_month", "accrued_seconds", "lines_of_month", "held_back", "MeterResult", "BATCH_LEASES", "Line"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +63,7 @@ BATCH_LEASES = 5_000
 
 _SECOND_US = 1_000_000
 
-#: Unpriced leases named in a failed run's error (the count is always given).
+#: Held-back leases named in the run's warning (the count is always given).
 _NAMED_UNPRICED = 5
 
 
@@ -143,15 +149,36 @@ SELECT lease_uuid, tenant, denom, amount, 0 FROM settlements WHERE period = :per
 """
 
 
-def _unpriced(reader, month: Month, provider: str) -> tuple[int, list[str]]:  # type: ignore[no-untyped-def]
-    params = {"provider": provider, "to": to_us(month.end), "from": to_us(month.start)}
-    where = (
-        "provider_uuid = :provider AND priced = 0 AND active_from_us IS NOT NULL AND active_from_us < :to "
-        "AND (closed_at_us IS NULL OR closed_at_us > :from)"
-    )
-    count = reader.execute(f"SELECT COUNT(*) FROM leases WHERE {where}", params).fetchone()[0]
-    names = [r[0] for r in reader.execute(f"SELECT uuid FROM leases WHERE {where} ORDER BY uuid LIMIT {_NAMED_UNPRICED}", params)]
-    return count, names
+#: Why a lease is held back from a month.
+UNPRICED = "no known price: the lease was never read from the chain"
+UNREAD = "its read from the chain keeps failing"
+
+
+def held_back(reader, month: Month, provider: str, until: datetime | None = None) -> dict[str, tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """The leases ``month`` holds back, lease -> (tenant, why): unpriced ones active in it, and unread ones.
+
+    An unread lease may have no row at all (its first read failed) and its
+    settlements still came with withdraw pages: they are held back with it.
+    """
+    end = to_us(month.end if until is None else min(until, month.end))
+    params = {"provider": provider, "to": end, "from": to_us(month.start), "period": str(month)}
+    held = {
+        uuid: (tenant, UNPRICED)
+        for uuid, tenant in reader.execute(
+            "SELECT uuid, tenant FROM leases WHERE provider_uuid = :provider AND priced = 0 "
+            "AND active_from_us IS NOT NULL AND active_from_us < :to "
+            "AND (closed_at_us IS NULL OR closed_at_us > :from)",
+            params,
+        )
+    }
+    for uuid, tenant in reader.execute(
+        "SELECT i.lease_uuid, i.tenant FROM lease_issues i LEFT JOIN leases l ON l.uuid = i.lease_uuid "
+        "WHERE i.kind = 'unread' AND (l.uuid IS NULL OR l.priced = 0) "
+        "AND (i.period = :period OR EXISTS (SELECT 1 FROM settlements s WHERE s.period = :period AND s.lease_uuid = i.lease_uuid))",
+        params,
+    ):
+        held.setdefault(uuid, (tenant, UNREAD))
+    return held
 
 
 def _settled_sums(reader, month: Month) -> Iterator[tuple[str, str, str, int]]:  # type: ignore[no-untyped-def]
@@ -199,12 +226,14 @@ def _summed_in_python(rows) -> Iterator[tuple[str, str, str, int]]:  # type: ign
 
 
 def lines_of_month(  # type: ignore[no-untyped-def]
-    reader, month: Month, provider: str, exact_sums: bool = False, until: datetime | None = None
+    reader, month: Month, provider: str, exact_sums: bool = False, until: datetime | None = None,
+    held: frozenset[str] | set[str] = frozenset(),
 ) -> Iterator[tuple[str, list[Line]]]:
     """Per lease (uuid order): its statement lines for ``month``. A merge of two sorted cursors.
 
     ``exact_sums`` sums settlements in Python row by row (after a 64-bit sum overflowed).
     ``until``: the month so far, accrued up to this instant (a provisional statement).
+    ``held``: leases left out, their settlements too (``held_back``).
     """
     start, end = to_us(month.start), to_us(month.end if until is None else min(until, month.end))
     leases = reader.execute(_LEASES, {"provider": provider, "to": end, "from": start})
@@ -230,11 +259,14 @@ def lines_of_month(  # type: ignore[no-untyped-def]
         while pending is not None and (uuid is None or pending[0] < uuid):
             other = pending[0]
             paid, tenant = withdrawn_for(other)
-            yield other, [Line(tenant, other, d, 0, 0, a) for d, a in sorted(paid.items())]
+            if other not in held:
+                yield other, [Line(tenant, other, d, 0, 0, a) for d, a in sorted(paid.items())]
 
     for uuid, tenant, items, _priced, active_from, closed_at, whole_seconds in leases:
         yield from settled_only_before(uuid)
         paid, _ = withdrawn_for(uuid)
+        if uuid in held:
+            continue
         instants = None
         if whole_seconds:
             instants = [at for (at,) in reader.execute(_SETTLED_AT, {"lease": uuid, "to": end})]
@@ -270,7 +302,7 @@ def meter_month(
     try:
         leases, lines, tenants = _meter(ledger, periods, month, now, run_id, batch_leases)
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, _Unpriced) else str(exc)
+        error = f"{type(exc).__name__}: {exc}"
         try:
             periods.fail(month, run_id, now, error)
         except Exception as fail_exc:  # the run stays 'running'; the next tick reclaims it
@@ -288,10 +320,6 @@ def meter_month(
     return MeterResult(
         run_id=run_id, warning=warning, lock_released=not warning, leases=leases, lines=lines, tenants=tenants
     )
-
-
-class _Unpriced(Exception):
-    pass
 
 
 _INSERT_LINE = (
@@ -321,17 +349,15 @@ def _meter_once(
 ) -> tuple[int, int, int]:
     provider = ledger.provider_uuid
     with ledger.reader() as reader:
-        count, names = _unpriced(reader, month, provider)
-        if count:
-            raise _Unpriced(
-                f"{count} lease(s) active in {month} have no known price, e.g. {', '.join(names)}: the "
-                f"ledger has their events but never the lease as read from the chain (a LeaseObserved or "
-                f"LeasesReconciled gives its items); the month is metered again once it has"
-            )
+        held = held_back(reader, month, provider)
+        if held:
+            shown = ", ".join(sorted(held)[:_NAMED_UNPRICED])
+            logger.warning("metering %s: %d lease(s) held back (%s%s); every other lease is metered",
+                           month, len(held), shown, " ..." if len(held) > _NAMED_UNPRICED else "")
         leases = lines = 0
         batch: list[tuple[object, ...]] = []
         in_batch = 0
-        for _uuid, lease_lines in lines_of_month(reader, month, provider, exact_sums):
+        for _uuid, lease_lines in lines_of_month(reader, month, provider, exact_sums, held=set(held)):
             leases += 1
             in_batch += 1
             for ln in lease_lines:
@@ -346,6 +372,10 @@ def _meter_once(
     with ledger.transaction() as c:
         c.executemany(_INSERT_LINE, batch)
         lines += len(batch)
+        c.executemany(
+            "INSERT INTO run_held_leases (run_id, lease_uuid, tenant, reason) VALUES (?, ?, ?, ?)",
+            ((run_id, uuid, tenant, why) for uuid, (tenant, why) in sorted(held.items())),
+        )
         tenants = _write_totals(c, run_id)
         periods.complete(month, run_id, now, leases)
     return leases, lines, tenants

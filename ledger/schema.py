@@ -282,6 +282,79 @@ _V6 = (
     "CREATE INDEX settlements_lease_at ON settlements (lease_uuid, at_us)",
 )
 
+_V7 = (
+    # Close txs written ahead (actors/close_lookup.py): signed and awaiting
+    # their answer, or of unknown outcome and being looked up. by_tenant is
+    # JSON [[tenant, [lease uuid, ...]], ...]: whose leases the tx closes,
+    # so that a restart books each tenant's closure as the answer would have.
+    """
+    CREATE TABLE close_lookups (
+        tx_hash TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        by_tenant TEXT NOT NULL,
+        opened_at_us INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
+_V8 = (
+    # What the books cannot yet say of a lease (messages.ledger.LeaseIssue):
+    # a lease that cannot be read, a close found after the fact whose tx the
+    # node cannot find or search, a settlement refused. period is YYYY-MM of
+    # the instant it is about, for run.py periods; since_us is when it was
+    # first seen (a repeat updates detail and updated_us only).
+    """
+    CREATE TABLE lease_issues (
+        lease_uuid TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('unread', 'close_not_found', 'no_tx_index', 'settlement_refused')),
+        tenant TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        since_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        PRIMARY KEY (lease_uuid, kind)
+    ) WITHOUT ROWID
+    """,
+)
+
+_V9 = (
+    # Leases a run left out of its month, and why (ledger.metering): one the
+    # books cannot price (never read from the chain) holds back only itself,
+    # and the statement says so.
+    """
+    CREATE TABLE run_held_leases (
+        run_id TEXT NOT NULL,
+        lease_uuid TEXT NOT NULL,
+        tenant TEXT NOT NULL DEFAULT '',
+        reason TEXT NOT NULL,
+        PRIMARY KEY (run_id, lease_uuid)
+    ) WITHOUT ROWID
+    """,
+)
+
+_V10 = (
+    # A lease may also be ``close_sought``: it ended and the search for its
+    # closing tx has not finished (actors/close_search.py), written ahead so
+    # that a restart searches again. SQLite cannot change a CHECK: the table
+    # is copied into one that allows it (no key points at it).
+    """
+    CREATE TABLE lease_issues_v10 (
+        lease_uuid TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('unread', 'close_not_found', 'no_tx_index', 'settlement_refused',
+                                           'close_sought')),
+        tenant TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        since_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        PRIMARY KEY (lease_uuid, kind)
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO lease_issues_v10 SELECT lease_uuid, kind, tenant, period, detail, since_us, updated_us FROM lease_issues",
+    "DROP TABLE lease_issues",
+    "ALTER TABLE lease_issues_v10 RENAME TO lease_issues",
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -290,6 +363,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "the chain, provider and signer whose books these are", _V4),
     Migration(5, "the reasons of months finalized before their grace had passed", _V5),
     Migration(6, "leases of a chain that drops the fraction of a second at each settlement", _V6),
+    Migration(7, "close txs written ahead of their broadcast, looked up after a restart", _V7),
+    Migration(8, "what the books cannot yet say of a lease: unread, its close not found or not searchable", _V8),
+    Migration(9, "the leases a run held back from its month, and why", _V9),
+    Migration(10, "a lease whose closing tx is still being looked for", _V10),
 )
 
 #: The version this build writes.

@@ -14,6 +14,13 @@ JSON): an operator, or a newcomer after the demo, sees what the month has
 come to without anything being stored. Everything that can refuse a
 statement (no run, an unknown tenant) is checked before its first byte.
 
+What a statement cannot show is said beside it (``notes``): the leases its
+run held back (``ledger.metering``: never read from the chain, so no price),
+and what the books lack of a lease of the month (``messages.ledger.LeaseIssue``:
+a close found after the fact whose tx the node cannot find or search, a
+settlement refused). CSV gives each a row (line = ``held`` or the issue's
+kind), JSON a ``notes`` list with the reason.
+
 Amounts are written as decimal strings, the way Cosmos writes ``Int`` in
 JSON: they can exceed what a JSON reader holds exactly in a double.
 
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator, TextIO
 
-from ledger.metering import lines_of_month
+from ledger.metering import held_back, lines_of_month
 from ledger.periods import Month, iso
 from ledger.runs import Periods, RunInfo
 from ledger.store import Ledger, LedgerError
@@ -46,7 +53,11 @@ __all__ = [
     "write_json",
     "CSV_COLUMNS",
     "PROVISIONAL",
+    "HELD",
 ]
+
+#: The ``line`` of a lease a run held back (CSV), and a note's kind (JSON).
+HELD = "held"
 
 #: The run_id column of a provisional statement's rows.
 PROVISIONAL = "provisional"
@@ -145,6 +156,8 @@ class Statement:
     provisional_until: datetime | None
     metered_at: datetime | None
     groups: Groups
+    #: (tenant, lease, kind, why): leases held back (kind ``held``) and the books' issues of the month
+    notes: tuple[tuple[str, str, str, str], ...] = ()
 
 
 def statement(ledger: Ledger, month: Month, now: datetime, tenant: str | None = None) -> Statement:
@@ -158,8 +171,11 @@ def statement(ledger: Ledger, month: Month, now: datetime, tenant: str | None = 
         # settlement recorded later than now would outweigh the accrual.
         last = ledger.last_fact_at()
         until = min(max(now, last), month.end) if last is not None else now
-        groups = _provisional(ledger, month, until, tenant)
-        return Statement(month, "", False, until, None, groups)
+        with ledger.reader() as reader:
+            held = held_back(reader, month, ledger.provider_uuid, until)
+        groups = _provisional(ledger, month, until, tenant, set(held))
+        notes = [(t, u, HELD, why) for u, (t, why) in held.items()]
+        return Statement(month, "", False, until, None, groups, _notes(ledger, month, notes, tenant))
     sr = statement_run(ledger, month)
     if tenant:
         with ledger.read() as c:
@@ -168,20 +184,33 @@ def statement(ledger: Ledger, month: Month, now: datetime, tenant: str | None = 
             ).fetchone()
         if found is None:
             raise _nothing_for(tenant, f"the statement of {month} (run {sr.run.id})")
-    return Statement(month, sr.run.id, sr.final, None, sr.run.completed, _by_tenant(ledger, sr.run.id, tenant))
+    with ledger.read() as c:
+        held = c.execute(
+            "SELECT tenant, lease_uuid, reason FROM run_held_leases WHERE run_id = ? ORDER BY lease_uuid", (sr.run.id,)
+        ).fetchall()
+    notes = _notes(ledger, month, [(t, u, HELD, why) for t, u, why in held], tenant)
+    return Statement(month, sr.run.id, sr.final, None, sr.run.completed, _by_tenant(ledger, sr.run.id, tenant), notes)
+
+
+def _notes(ledger: Ledger, month: Month, held: list[tuple[str, str, str, str]], tenant: str | None) -> tuple[tuple[str, str, str, str], ...]:
+    """The held-back leases and the books' issues of ``month``, of ``tenant`` if given, by lease."""
+    seen = {u for _, u, _, _ in held}
+    issues = [(i.tenant, i.lease_uuid, i.kind, i.detail) for i in ledger.lease_issues(str(month))
+              if not (i.kind == "unread" and i.lease_uuid in seen)]
+    return tuple(sorted(n for n in held + issues if tenant is None or n[0] == tenant))
 
 
 def _nothing_for(tenant: str, where: str) -> LedgerError:
     return LedgerError(f"tenant {tenant} has nothing in {where}: is that the tenant's address?")
 
 
-def _provisional(ledger: Ledger, month: Month, now: datetime, tenant: str | None) -> Groups:
+def _provisional(ledger: Ledger, month: Month, now: datetime, tenant: str | None, held: set[str]) -> Groups:
     """The month under way metered up to ``now`` in memory: nothing is stored, no run is made."""
     if now < month.start:
         raise LedgerError(f"{month} has not begun: it begins {iso(month.start)}")
     per_tenant: dict[str, list[tuple]] = {}
     with ledger.reader() as reader:
-        for _uuid, lines in lines_of_month(reader, month, ledger.provider_uuid, exact_sums=True, until=now):
+        for _uuid, lines in lines_of_month(reader, month, ledger.provider_uuid, exact_sums=True, until=now, held=held):
             for ln in lines:
                 if tenant is None or ln.tenant == tenant:
                     per_tenant.setdefault(ln.tenant, []).append(
@@ -257,6 +286,8 @@ def write_csv(st: Statement, out: TextIO) -> int:
             w.writerow((*head, name, "lease", lease, denom, seconds, 1, accrued, withdrawn, diff))
         for _t, denom, leases, accrued, withdrawn, difference in totals:
             w.writerow((*head, name, "total", "", denom, "", leases, accrued, withdrawn, difference))
+    for name, lease, kind, _why in st.notes:
+        w.writerow((*head, name, kind, lease, "", "", "", "", "", ""))
     return n
 
 
@@ -294,5 +325,6 @@ def write_json(st: Statement, out: TextIO) -> int:
         }
         out.write(("" if n == 0 else ", ") + json.dumps(doc))
         n += 1
-    out.write("]}\n")
+    notes = [{"tenant": t, "lease_uuid": u, "kind": k, "reason": why} for t, u, k, why in st.notes]
+    out.write('], "notes": ' + json.dumps(notes) + "}\n")
     return n

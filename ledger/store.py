@@ -14,19 +14,26 @@ and WAL mode lets readers go on while one writes.
 Times of a lease come from several sources of different quality, and the
 best one wins whatever order they arrive in (``Precision``): a statement must
 match the chain's accrual to the second, so the chain's own
-``acknowledged_at``/``closed_at`` always overwrite the times at which an
-event or a closure was recorded, and never the reverse.
+``acknowledged_at``/``closed_at`` always overwrite the times at which a
+closure was recorded (or, in older ledgers, an event), and never the
+reverse. A read that finds the lease ACTIVE after an end it was only
+guessed to have (missing from a listing, or, in older ledgers, an event's)
+reopens it: only the chain's own ``closed_at``, or our own close tx's
+answer, ends a lease for good.
+Lease events are hints (``_event``): nothing of the books comes from one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
 from pathlib import Path
@@ -37,11 +44,16 @@ import sqlite_utils
 from ledger.periods import Month, from_us, iso, to_us
 from ledger.identity import LedgerIdentity, check_identity
 from ledger.schema import MIGRATIONS, Migration, NotALedgerError, migrate
+from ledger.settlement_bounds import refusal
 from messages.chain import Lease
 from messages.codec import CodecError, decode, encode
 from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
 from messages.ledger import (
+    LeaseIssue,
+    LeaseIssueResolved,
+    CloseLookupClosed,
+    CloseLookupOpened,
     ClosureRecorded,
     LeaseEventRecorded,
     LeaseObserved,
@@ -56,7 +68,9 @@ from messages.ledger import (
     WithdrawLookupOpened,
 )
 
-__all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES"]
+__all__ = ["Ledger", "Precision", "LedgerError", "FACT_TYPES", "Issue"]
+
+logger = logging.getLogger(__name__)
 
 #: How long a write waits for another process's write to finish before it
 #: fails. Metering a month commits in batches well under a second each, so a
@@ -85,6 +99,19 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+@dataclass(frozen=True)
+class Issue:
+    """One lease the books cannot yet say everything of (``messages.ledger.LeaseIssue``)."""
+
+    lease_uuid: str
+    kind: str
+    tenant: str
+    period: str
+    detail: str
+    since: datetime
+    updated: datetime
+
+
 class Precision(IntEnum):
     """How good a lease's start or end time is. A better one overwrites a worse one."""
 
@@ -95,6 +122,8 @@ class Precision(IntEnum):
     #: When the chain actor saw our MsgCloseLease included.
     CLOSURE = 2
     #: When the listener recorded the lease event (seconds after the block).
+    #: Only ledgers of older builds hold these: an event is a hint now, and
+    #: books nothing (``Ledger._event``).
     EVENT = 3
     #: The chain's own Lease.acknowledged_at / closed_at.
     CHAIN = 4
@@ -114,6 +143,10 @@ FACT_TYPES = (
     TenantForgotten,
     WithdrawLookupOpened,
     WithdrawLookupClosed,
+    CloseLookupOpened,
+    CloseLookupClosed,
+    LeaseIssue,
+    LeaseIssueResolved,
 )
 
 _UPSERT_LEASE = """
@@ -133,15 +166,15 @@ ON CONFLICT (uuid) DO UPDATE SET
                        THEN excluded.active_from_rank ELSE leases.active_from_rank END,
     closed_at_us = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_us
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN NULL
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN NULL
         ELSE leases.closed_at_us END,
     closure_reason = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closure_reason
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN ''
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN ''
         ELSE leases.closure_reason END,
     closed_at_rank = CASE
         WHEN excluded.closed_at_us IS NOT NULL THEN excluded.closed_at_rank
-        WHEN :reopen AND leases.closed_at_rank = 1 AND excluded.updated_us > leases.closed_at_us THEN 0
+        WHEN :reopen AND leases.closed_at_rank IN (1, 3) AND excluded.updated_us > leases.closed_at_us THEN 0
         ELSE leases.closed_at_rank END,
     updated_us = MAX(leases.updated_us, excluded.updated_us)
 """
@@ -156,16 +189,6 @@ ON CONFLICT (uuid) DO UPDATE SET
     closed_at_rank = MAX(leases.closed_at_rank, :rank),
     updated_us = MAX(leases.updated_us, :at)
 """
-
-_ACKNOWLEDGE_LEASE = """
-INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us)
-VALUES (:uuid, :tenant, :provider, :at, :rank, :at, :at)
-ON CONFLICT (uuid) DO UPDATE SET
-    active_from_us = CASE WHEN leases.active_from_rank < :rank THEN :at ELSE leases.active_from_us END,
-    active_from_rank = MAX(leases.active_from_rank, :rank),
-    updated_us = MAX(leases.updated_us, :at)
-"""
-
 
 def _items_json(lease: Lease) -> str:
     return json.dumps(
@@ -215,6 +238,10 @@ class Ledger:
             TenantForgotten: self._tenant_forgotten,
             WithdrawLookupOpened: self._lookup_opened,
             WithdrawLookupClosed: self._lookup_closed,
+            CloseLookupOpened: self._close_lookup_opened,
+            CloseLookupClosed: self._close_lookup_closed,
+            LeaseIssue: self._issue,
+            LeaseIssueResolved: self._issue_resolved,
         }
 
     # -- opening ------------------------------------------------------------------
@@ -387,12 +414,15 @@ class Ledger:
     def _lease_observed(self, fact: LeaseObserved) -> None:
         if fact.lease.provider_uuid == self.provider_uuid:
             self._upsert(to_us(fact.at), fact.lease, reopen=True)
+        # Read at last: whatever kept it from being read is over.
+        self.conn.execute("DELETE FROM lease_issues WHERE lease_uuid = ? AND kind = 'unread'", (fact.lease.uuid,))
 
     def _upsert(self, at: int, lease: Lease, reopen: bool) -> None:
         active_from = to_us(lease.acknowledged_at) if lease.acknowledged_at is not None else None
         closed = None
-        if lease.state in _ENDED_STATES and lease.closed_at is not None:
-            closed = to_us(lease.closed_at)
+        ended = lease.closed_at or lease.ended_at  # a lease that never became active ends at its expiry or rejection
+        if lease.state in _ENDED_STATES and ended is not None:
+            closed = to_us(ended)
         self.conn.execute(
             _UPSERT_LEASE,
             {
@@ -404,7 +434,7 @@ class Ledger:
                 "af_rank": int(Precision.CHAIN) if active_from is not None else 0,
                 "ca": closed,
                 "ca_rank": int(Precision.CHAIN) if closed is not None else 0,
-                "reason": lease.closure_reason if closed is not None else "",
+                "reason": (lease.closure_reason or lease.state.lower()) if closed is not None else "",
                 "at": at,
                 "reopen": 1 if (reopen and lease.state == "ACTIVE") else 0,
                 # No reservation field (16): a v2.1.0 chain, which drops each settlement's fraction.
@@ -413,32 +443,19 @@ class Ledger:
         )
 
     def _event(self, fact: LeaseEventRecorded) -> None:
+        """A lease event, kept as what the websocket said: a hint, never a fact of the books.
+
+        Nothing of it reaches ``leases`` or ``settlements``: a lease's times
+        and price come from its read (``LeaseObserved``), what it settled from
+        the tx that settled it. (The scheduler no longer sends these; a
+        capture or a tool of an older build may.)
+        """
         ev: LeaseEvent = fact.event
-        at = to_us(fact.at)
-        cur = self.conn.execute(
+        self.conn.execute(
             "INSERT OR IGNORE INTO lease_events (kind, lease_uuid, tenant, provider_uuid, reason, height, at_us) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid, ev.reason, ev.height, at),
+            (ev.kind, ev.lease_uuid, ev.tenant, ev.provider_uuid, ev.reason, ev.height, to_us(fact.at)),
         )
-        if cur.rowcount == 0 or ev.provider_uuid != self.provider_uuid:
-            return  # seen before (changes nothing), or another provider's lease
-        params = {
-            "uuid": ev.lease_uuid,
-            "tenant": ev.tenant,
-            "provider": ev.provider_uuid,
-            "at": at,
-            "rank": int(Precision.EVENT),
-        }
-        if ev.kind == "created":
-            self.conn.execute(
-                "INSERT OR IGNORE INTO leases (uuid, tenant, provider_uuid, first_seen_us, updated_us) "
-                "VALUES (:uuid, :tenant, :provider, :at, :at)",
-                params,
-            )
-        elif ev.kind == "acknowledged":
-            self.conn.execute(_ACKNOWLEDGE_LEASE, params)
-        else:  # closed, expired, auto_closed
-            self.conn.execute(_CLOSE_LEASE, {**params, "reason": ev.reason or ev.kind})
 
     def _closure(self, fact: ClosureRecorded) -> None:
         key = hashlib.sha256(
@@ -482,15 +499,34 @@ class Ledger:
             tenant = row[0] if row else ""
         at = to_us(fact.at)
         period = str(Month.of(fact.at))
+        rate, since = self._settlement_bound(fact.lease_uuid, fact.tx_hash, at)
+        rows = []
+        for c in fact.amounts:
+            why = refusal(c.amount, c.denom, rate, since, at)
+            if why:
+                detail = f"tx {fact.tx_hash}: {why}: not booked"
+                logger.warning("lease %s: settlement refused: %s", fact.lease_uuid, detail)
+                self._issue(LeaseIssue(fact.at, fact.lease_uuid, "settlement_refused", detail, tenant))
+            elif c.amount:
+                rows.append((fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period))
         self.conn.executemany(
             "INSERT OR IGNORE INTO settlements (tx_hash, lease_uuid, denom, amount, kind, tenant, at_us, period) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period)
-                for c in fact.amounts
-                if c.amount
-            ),
+            rows,
         )
+
+    def _settlement_bound(self, lease_uuid: str, tx_hash: str, at: int) -> tuple[dict[str, int] | None, int | None]:
+        """(the lease's rate, its previous settlement or start) for ``settlement_bounds``; None where unknown."""
+        row = self.conn.execute(
+            "SELECT items, priced, active_from_us FROM leases WHERE uuid = ?", (lease_uuid,)
+        ).fetchone()
+        if row is None or not row[1] or row[2] is None:
+            return None, None
+        previous = self.conn.execute(
+            "SELECT MAX(at_us) FROM settlements WHERE lease_uuid = ? AND at_us < ? AND tx_hash != ?",
+            (lease_uuid, at, tx_hash),
+        ).fetchone()[0]
+        return rate_of_items(row[0]), max(row[2], previous) if previous is not None else row[2]
 
     def _withdrawal(self, fact: WithdrawalRecorded) -> None:
         self.conn.execute(
@@ -524,6 +560,33 @@ class Ledger:
 
     def _lookup_closed(self, fact: WithdrawLookupClosed) -> None:
         self.conn.execute("DELETE FROM withdraw_lookups WHERE tx_hash = ?", (fact.tx_hash,))
+
+    def _close_lookup_opened(self, fact: CloseLookupOpened) -> None:
+        by_tenant = json.dumps([[tenant, list(leases)] for tenant, leases in fact.by_tenant])
+        self.conn.execute(
+            "INSERT OR IGNORE INTO close_lookups (tx_hash, reason, by_tenant, opened_at_us) VALUES (?, ?, ?, ?)",
+            (fact.tx_hash, fact.reason, by_tenant, to_us(fact.at)),
+        )
+
+    def _close_lookup_closed(self, fact: CloseLookupClosed) -> None:
+        self.conn.execute("DELETE FROM close_lookups WHERE tx_hash = ?", (fact.tx_hash,))
+
+    def _issue(self, fact: LeaseIssue) -> None:
+        tenant = fact.tenant
+        if not tenant:
+            row = self.conn.execute("SELECT tenant FROM leases WHERE uuid = ?", (fact.lease_uuid,)).fetchone()
+            tenant = row[0] if row else ""
+        at = to_us(fact.at)
+        self.conn.execute(
+            "INSERT INTO lease_issues (lease_uuid, kind, tenant, period, detail, since_us, updated_us) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (lease_uuid, kind) DO UPDATE SET "
+            "detail = excluded.detail, updated_us = MAX(lease_issues.updated_us, excluded.updated_us), "
+            "tenant = CASE WHEN excluded.tenant != '' THEN excluded.tenant ELSE lease_issues.tenant END",
+            (fact.lease_uuid, fact.kind, tenant, str(Month.of(fact.at)), fact.detail[:1000], at, at),
+        )
+
+    def _issue_resolved(self, fact: LeaseIssueResolved) -> None:
+        self.conn.execute("DELETE FROM lease_issues WHERE lease_uuid = ? AND kind = ?", (fact.lease_uuid, fact.kind))
 
     # -- reading -------------------------------------------------------------------------
     def first_fact_at(self) -> datetime | None:
@@ -564,6 +627,21 @@ class Ledger:
             ).fetchall()
         return [WithdrawLookupOpened(tx, cycle, page, from_us(at)) for tx, cycle, page, at in rows]
 
+    def close_lookups(self) -> list[CloseLookupOpened]:
+        """The close txs not settled in the books yet, oldest first, to be looked up at start."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT tx_hash, reason, by_tenant, opened_at_us FROM close_lookups ORDER BY opened_at_us, tx_hash"
+            ).fetchall()
+        out = []
+        for tx, reason, by_tenant, at in rows:
+            try:
+                grouped = tuple((str(t), tuple(str(u) for u in leases)) for t, leases in json.loads(by_tenant))
+            except (ValueError, TypeError) as exc:
+                raise LedgerError(f"{self.path}: close_lookups of tx {tx}: cannot be read: {exc}") from None
+            out.append(CloseLookupOpened(tx, reason, grouped, from_us(at)))
+        return out
+
     def tenant_snapshots(self) -> list[TenantSnapshot]:
         """Every persisted tenant state, to restore the tenant actors at start."""
         out: list[TenantSnapshot] = []
@@ -593,23 +671,46 @@ class Ledger:
         return [r[0] for r in rows]
 
     def leases_to_read(self, limit: int = 2_000) -> list[str]:
-        """Our leases the books hold without a price, or closed at a time the chain did not give.
+        """Our leases the books hold without a price, or closed at a time the chain did not give, or unread,
+        or ended with the search for their closing tx unfinished.
 
         Read from the chain at start (``actors.lease_reads``): a database
         written before every mode read them, or whose reads failed, bills
         them to the second again; a month held back for a lease without a
-        price is metered at its next tick. At most ``limit``, unpriced first.
+        price is metered at its next tick; a search for a closing tx that a
+        stop cut short is made again. At most ``limit``, unpriced first.
         """
         with self._lock:
             rows = self.conn.execute(
                 "SELECT uuid FROM leases WHERE provider_uuid = ? AND (priced = 0 OR "
                 # a lease that never became active (expired or rejected while
-                # pending) was never billed, and the chain gives it no closed_at
+                # pending) was never billed: its end needs no second read
                 "(active_from_us IS NOT NULL AND closed_at_us IS NOT NULL AND closed_at_rank < ?)) "
                 "ORDER BY priced, uuid LIMIT ?",
                 (self.provider_uuid, int(Precision.CHAIN), limit),
             ).fetchall()
-        return [r[0] for r in rows]
+            # Leases whose read failed (maybe before the books had a row of them at all), and
+            # ended leases whose closing tx was still being looked for (``actors.close_search``).
+            unread = self.conn.execute(
+                "SELECT DISTINCT lease_uuid FROM lease_issues WHERE kind IN ('unread', 'close_sought') "
+                "ORDER BY lease_uuid LIMIT ?",
+                (limit,),
+            ).fetchall()
+        out = [r[0] for r in rows]
+        seen = set(out)
+        out += [r[0] for r in unread if r[0] not in seen]
+        return out[:limit]
+
+    def lease_issues(self, period: str | None = None) -> list[Issue]:
+        """What the books cannot yet say of some leases (of ``period``, YYYY-MM, or all), by period then lease."""
+        where, args = ("WHERE period = ?", (period,)) if period else ("", ())
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT lease_uuid, kind, tenant, period, detail, since_us, updated_us FROM lease_issues "
+                f"{where} ORDER BY period, lease_uuid, kind",
+                args,
+            ).fetchall()
+        return [Issue(u, k, t, p, d, from_us(s), from_us(up)) for u, k, t, p, d, s, up in rows]
 
     def lease(self, uuid: str) -> dict[str, Any] | None:
         """One lease row as a dict (for inspection and tests)."""

@@ -62,6 +62,11 @@ class Lease(Message, tag="lease"):
     #: field 16; empty once the lease ended). None where the chain has no
     #: such field (v2.1.0): the credit rule then reads the raw balance.
     reservation: tuple[Coin, ...] | None = None
+    #: When a lease that never became active ended, by the chain's record:
+    #: its ``expired_at`` (EXPIRED) or ``rejected_at`` (REJECTED). The
+    #: chain gives such a lease no ``closed_at``, and its expiry has no tx
+    #: and an event that is only a hint: the read is what ends it in the books.
+    ended_at: datetime | None = None
 
     def rate_per_second(self) -> dict[str, int]:
         """What the lease accrues each whole second, per denom."""

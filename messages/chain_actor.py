@@ -14,7 +14,7 @@ from datetime import datetime
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
 from messages.codec import Message
 from messages.coins import Coin
-from messages.ledger import WithdrawLookupOpened
+from messages.ledger import CloseLookupOpened, WithdrawLookupOpened
 
 __all__ = [
     "WithdrawRequested",
@@ -30,6 +30,10 @@ __all__ = [
     "WithdrawLookupsRestored",
     "CloseTxCall",
     "CloseTxAnswered",
+    "CloseTxSigned",
+    "CloseLookupsRestored",
+    "CloseSearchCall",
+    "CloseSearchAnswered",
     "ActiveLeasesCall",
     "LeaseCall",
     "CreditCall",
@@ -153,6 +157,50 @@ class CloseTxAnswered(Message, tag="close_tx_answered"):
     lease_uuids: tuple[str, ...]
     attempt: int
     result: CloseOutcome | None = None
+    error: ChainFailure | None = None
+
+
+class CloseTxSigned(Message, tag="close_tx_signed"):
+    """chain-io, during a ``CloseBatchCall``: the batch's tx is signed, with this hash, and goes out now.
+
+    As ``WithdrawTxSigned``: the books hold the hash while the client waits
+    for inclusion, so a sidecar that dies then books the close at its next
+    start (``actors.close_lookup``).
+    """
+
+    round: int
+    batch: int
+    tx_hash: str
+
+
+class CloseLookupsRestored(Message, tag="close_lookups_restored"):
+    """At start: the close txs a previous run left unsettled (from the ledger)."""
+
+    lookups: tuple[CloseLookupOpened, ...]
+
+
+class CloseSearchCall(Message, tag="close_search_call"):
+    """Find the tx that ended our lease ``lease_uuid`` (``ChainClient.lease_end_tx``); answered to the scheduler.
+
+    ``tx_hash``: the tx an event named, a hint tried first. ``tenant`` and
+    ``closed_at`` (the lease's read) come back on the answer, for the books.
+    """
+
+    lease_uuid: str
+    tenant: str
+    closed_at: datetime | None
+    tx_hash: str = ""
+    attempt: int = 1
+
+
+class CloseSearchAnswered(Message, tag="close_search_answered"):
+    """``outcome``: the tx found and what it settled; neither it nor ``error``: the node found no such tx."""
+
+    lease_uuid: str
+    tenant: str
+    closed_at: datetime | None
+    attempt: int
+    outcome: CloseOutcome | None = None
     error: ChainFailure | None = None
 
 

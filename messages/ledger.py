@@ -140,3 +140,61 @@ class WithdrawLookupClosed(Message, tag="withdraw_lookup_closed"):
 
 
 __all__ += ["WithdrawLookupOpened", "WithdrawLookupClosed"]
+
+
+class CloseLookupOpened(Message, tag="close_lookup_opened"):
+    """A close tx whose outcome is not in the books yet: signed and awaiting its answer, or of
+    unknown outcome and being looked up. Kept across restarts (``actors.close_lookup``): a
+    sidecar that starts with one open looks the tx up, and books what it closed and settled."""
+
+    tx_hash: str
+    reason: str
+    #: (tenant, its leases in the tx), as the close round grouped them
+    by_tenant: tuple[tuple[str, tuple[str, ...]], ...]
+    at: datetime
+
+
+class CloseLookupClosed(Message, tag="close_lookup_closed"):
+    """``tx_hash``'s outcome is settled: booked from its answer or its lookup, refused before
+    inclusion, included and failed, or given up."""
+
+    tx_hash: str
+
+
+__all__ += ["CloseLookupOpened", "CloseLookupClosed"]
+
+
+class LeaseIssue(Message, tag="lease_issue"):
+    """Something the books cannot yet say of one lease, kept visible until it is resolved.
+
+    ``kind`` (``LEASE_ISSUE_KINDS``): ``unread``, the lease could not be read
+    from the chain (retried with backoff; its read clears it);
+    ``close_not_found``, it ended while unheard and the node's tx search
+    finds no tx that ended it; ``no_tx_index``, it ended while unheard and
+    the node keeps no tx index to search; ``settlement_refused``, a
+    settlement the ledger would not book (more than the lease could have
+    accrued); ``close_sought``, it ended and the search for the tx that
+    ended it has not finished (written ahead of the search, so that a
+    restart searches again). ``at``: the instant it is about (when the read failed; when the
+    lease closed). Shown by ``run.py periods`` and the statements, so that
+    the books say what they lack instead of silently under-booking.
+    """
+
+    at: datetime
+    lease_uuid: str
+    kind: str
+    detail: str = ""
+    tenant: str = ""
+
+
+class LeaseIssueResolved(Message, tag="lease_issue_resolved"):
+    """The books no longer lack what ``kind`` said of ``lease_uuid`` (its closing tx was found)."""
+
+    lease_uuid: str
+    kind: str
+
+
+#: What a ``LeaseIssue`` can say.
+LEASE_ISSUE_KINDS = ("unread", "close_not_found", "no_tx_index", "settlement_refused", "close_sought")
+
+__all__ += ["LeaseIssue", "LeaseIssueResolved", "LEASE_ISSUE_KINDS"]

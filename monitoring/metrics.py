@@ -12,7 +12,8 @@ Its registry holds, under ``leasewarden_``:
 - credit: ``credit_reads_total{outcome}``, ``last_credit_check_timestamp_seconds``,
   ``tenants_watched``, ``leases_watched``, ``tenants_failing_reads``;
 - closures: ``leases_closed_total{reason}``, ``leases_found_closed_total``,
-  ``lease_closes_failed_total``;
+  ``lease_closes_failed_total``, ``close_txs_signed_total``, ``close_searches_total{outcome}``;
+- reads: ``leases_unread`` (a lease whose read keeps failing, retried);
 - events: ``websocket_connected``, ``websocket_reconnects_total``,
   ``websocket_failed_attempts_total``, ``lease_events_total{kind,provider}``,
   ``lease_event_latency_seconds`` (from the listener reading the frame to
@@ -40,20 +41,22 @@ from typing import Any, Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from chain.errors import BILLING, NO_WITHDRAWABLE
+from chain.errors import BILLING, NO_WITHDRAWABLE, is_no_tx_index
 from messages.chain import ChainFailure, CloseOutcome, WithdrawPage
 from messages.chain_actor import (
     CloseBatchAnswered,
     CloseBatchCall,
+    CloseSearchAnswered,
     CloseTxAnswered,
     NodeStatusAnswered,
     WithdrawPageAnswered,
     WithdrawTxAnswered,
     WithdrawTxSigned,
+    CloseTxSigned,
 )
 from messages.credit import CreditRead, CreditReadFailed, LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.health import BooksTicked, LedgerWriteFailed, LedgerWritesResumed, WebsocketLost, WebsocketSubscribed
-from messages.scheduler import ClosuresFlushed, LeaseEventReceived, WithdrawFinished
+from messages.scheduler import ClosuresFlushed, LeaseEventReceived, LeaseRead, WithdrawFinished
 from messages.tx_cost import TxCost
 from runtime.dispatch import Delivery, actor_kind
 
@@ -168,9 +171,16 @@ class SidecarMetrics:
         self.closed = counter("leases_closed", "Leases closed by us, by closure reason (looked_up: a close of unknown outcome found applied)", ("reason",))
         self.found_closed = counter("leases_found_closed", "Leases found already closed on chain when we meant to close them")
         self.close_failed = counter("lease_closes_failed", "Leases whose close failed (tried again at the next check)")
+        self.close_searches = counter(
+            "close_searches", "Searches for the tx that ended a lease found ended while unheard, by outcome: found, "
+            "not_found, no_tx_index (the node keeps none), failed (asked again)", ("outcome",))
+        self.close_txs = counter("close_txs_signed", "Close txs signed, each written ahead into the books before its broadcast")
         self.ws_connected = gauge("websocket_connected", "1 while the websocket has every subscription acknowledged, else 0")
         self.ws_reconnects = counter("websocket_reconnects", "Websocket sessions subscribed after the first")
         self.ws_failed = counter("websocket_failed_attempts", "Websocket connects that never got every subscription acknowledged")
+        self._unread: set[str] = set()
+        gauge("leases_unread", "Leases whose last read from the chain failed, read again with backoff "
+              "(only their own billing waits for them)").set_function(lambda: len(self._unread))
         self.lease_events = counter("lease_events", "Lease events received, by kind, ours or another provider's", ("kind", "provider"))
         self.event_latency = Histogram(
             "lease_event_latency_seconds", "Real seconds from the listener reading an event's frame to the scheduler taking it",
@@ -202,6 +212,8 @@ class SidecarMetrics:
         self._handlers: dict[type, Callable[[Delivery, Any], None]] = {
             WithdrawPageAnswered: self._page,
             WithdrawTxSigned: lambda d, m: self.withdraw_txs.inc(),
+            CloseTxSigned: lambda d, m: self.close_txs.inc(),
+            CloseSearchAnswered: self._close_search,
             WithdrawTxAnswered: self._lookup,
             WithdrawFinished: self._cycle,
             CreditRead: self._read,
@@ -217,6 +229,7 @@ class SidecarMetrics:
             WebsocketSubscribed: self._subscribed,
             WebsocketLost: self._lost,
             LeaseEventReceived: self._event,
+            LeaseRead: self._lease_read,
             NodeStatusAnswered: self._node,
             LedgerWriteFailed: self._ledger_failed,
             LedgerWritesResumed: lambda d, m: self.ledger_held.set(0),
@@ -309,6 +322,15 @@ class SidecarMetrics:
             self.closed.labels("looked_up").inc(m.result.closed_count)
             self._closed_tx(m.result)
 
+    def _close_search(self, d: Delivery, m: CloseSearchAnswered) -> None:
+        if m.outcome is not None:
+            outcome = "found"
+        elif m.error is None:
+            outcome = "not_found"
+        else:
+            outcome = "no_tx_index" if is_no_tx_index(m.error) else "failed"
+        self.close_searches.labels(outcome).inc()
+
     def _closed_tx(self, outcome: CloseOutcome) -> None:
         self._cost(outcome.cost, "close")
 
@@ -330,6 +352,12 @@ class SidecarMetrics:
         if m.received_at is not None:
             waited = (d.at - m.received_at).total_seconds() / self.clock_speed
             self.event_latency.observe(max(waited, 0.0))
+
+    def _lease_read(self, d: Delivery, m: LeaseRead) -> None:
+        if m.lease is None:
+            self._unread.add(m.lease_uuid)
+        else:
+            self._unread.discard(m.lease_uuid)
 
     # -- node, books ------------------------------------------------------------------------
     def _node(self, d: Delivery, m: NodeStatusAnswered) -> None:

@@ -18,6 +18,7 @@ from messages.chain_actor import (
     WithdrawPageAnswered,
     WithdrawTxAnswered,
     WithdrawTxSigned,
+    CloseTxSigned,
 )
 from messages.coins import Coin, format_coins
 from messages.credit import CreditReadFailed
@@ -115,6 +116,10 @@ def _withdraw_signed(m: WithdrawTxSigned) -> str:
     return f"withdraw page {m.page} (try {m.attempt}): tx {m.tx_hash[:12]} signed, broadcasting"
 
 
+def _close_signed(m: CloseTxSigned) -> str:
+    return f"close batch {m.batch}: tx {m.tx_hash[:12]} signed, broadcasting"
+
+
 def _withdraw_tx(m: WithdrawTxAnswered) -> str:
     if m.error is not None:
         return f"withdraw tx {m.tx_hash[:12]} lookup {m.attempt}: {_failure(m.error)}"
@@ -162,6 +167,7 @@ _OUTSIDE: dict[type, Callable[[Any], str | None]] = {
     WithdrawPageAnswered: _withdraw_page,
     WithdrawTxAnswered: _withdraw_tx,
     WithdrawTxSigned: _withdraw_signed,
+    CloseTxSigned: _close_signed,
     ActiveLeasesRead: _leases_read,
     CloseBatchAnswered: _close_batch,
     LeaseCheckAnswered: _lease_check,

@@ -33,9 +33,9 @@ from actors.shell import start_actor
 from chain.client import ChainClient
 from chain.events import lease_events_from_tx
 from chain.model import BillingModel, BlockEvents, TxEvents
-from messages.chain_actor import WithdrawLookupsRestored
+from messages.chain_actor import CloseLookupsRestored, WithdrawLookupsRestored
 from messages.credit import TenantSnapshot
-from messages.ledger import WithdrawLookupOpened
+from messages.ledger import CloseLookupOpened, WithdrawLookupOpened
 from messages.scheduler import (
     LeaseEventReceived,
     LeasesToRead,
@@ -95,6 +95,7 @@ class Sidecar:
         writes: Executor | None = None,
         restored: Sequence[TenantSnapshot] = (),
         restored_lookups: Sequence[WithdrawLookupOpened] = (),
+        restored_close_lookups: Sequence[CloseLookupOpened] = (),
         leases_to_read: Sequence[str] = (),
         extra: Sequence[Callable[["Sidecar"], Any]] = (),
         on_stop: Sequence[Callable[[], None]] = (),
@@ -136,6 +137,8 @@ class Sidecar:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))
         if restored_lookups:
             self._tell(CHAIN, WithdrawLookupsRestored(tuple(restored_lookups)))
+        if restored_close_lookups:
+            self._tell(CHAIN, CloseLookupsRestored(tuple(restored_close_lookups)))
         #: other parts (ledger writer, listener, event feed) started with this sidecar
         self.parts = [make(self) for make in extra]
         if leases_to_read:

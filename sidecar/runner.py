@@ -350,12 +350,14 @@ def build(
     parts: list[Callable[[Sidecar], Any]] = [start_health, chain.events]
     restored: list[Any] = []
     lookups: list[Any] = []
+    close_lookups: list[Any] = []
     to_read: list[str] = []
     if ledger is not None:
         from actors.ledger_writer import start_ledger_writer
 
         restored = ledger.tenant_snapshots()
         lookups = ledger.withdraw_lookups()
+        close_lookups = ledger.close_lookups()
         to_read = ledger.leases_to_read()
         closers.append(ledger.close)
         parts.append(
@@ -386,6 +388,7 @@ def build(
         reads=chain.reads,
         restored=restored,
         restored_lookups=lookups,
+        restored_close_lookups=close_lookups,
         leases_to_read=to_read,
         extra=parts,
         on_stop=[chain.client.close],

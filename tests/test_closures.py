@@ -18,7 +18,7 @@ from messages.chain_actor import (
 )
 from messages.coins import Coin
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
-from messages.ledger import ClosureRecorded, LeaseSettled, SettlementsRecorded
+from messages.ledger import CloseLookupClosed, CloseLookupOpened, ClosureRecorded, LeaseSettled, SettlementsRecorded
 from messages.scheduler import ClosuresFlushed
 from runtime.clock import utc
 from runtime.router import LEDGER
@@ -128,6 +128,7 @@ def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reach
     # Closed at the tx's block time (T0, its settlements say), not when the lookup found it.
     assert [(c.at, c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
         (T0, "manifest1a", ("la",), ("AB" * 32,)), (T0, "manifest1b", ("lb",), ("AB" * 32,))]
+    assert msgs(out, CloseLookupClosed) == [CloseLookupClosed("AB" * 32)]
     assert chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 3, outcome), later) == []  # already settled
 
 
@@ -138,6 +139,63 @@ def test_a_close_looked_up_and_found_included_and_failed_closed_nothing() -> Non
     lookups = CloseLookups()
     lookups.begin("CD" * 32, (("manifest1a", ("la",)),), "credit depleted", T0)
     failed = ChainFailure("close_outcome", "out of gas", codespace="sdk", code=11, transient=False)
-    (note,) = lookups.answered(CloseTxAnswered("CD" * 32, ("la",), 1, None, failed), T0)
+    note, ended = lookups.answered(CloseTxAnswered("CD" * 32, ("la",), 1, None, failed), T0)
     assert "was included and failed" in note.text and "it closed nothing" in note.text
+    assert ended.message == CloseLookupClosed("CD" * 32)  # the write-ahead entry ends in the books too
     assert lookups.pending == {}
+
+
+def test_a_close_tx_is_written_ahead_when_signed_and_its_entry_closed_behind_what_its_answer_booked() -> None:
+    from actors.chain_actor import ChainDecisions
+    from messages.chain_actor import CloseTxCall, CloseTxSigned, FlushClosures
+
+    chain = ChainDecisions(S)
+    chain.handle(CloseRequested(1, "manifest1a", ("la", "lc"), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    out = chain.handle(CloseTxSigned(batch.round, batch.batch, "EF" * 32), T0)
+    assert msgs(out, CloseLookupOpened) == [
+        CloseLookupOpened("EF" * 32, "credit depleted", (("manifest1a", ("la", "lc")), ("manifest1b", ("lb",))), T0)
+    ]
+    assert chain.handle(CloseTxSigned(batch.round, batch.batch, "EF" * 32), T0) == []  # told twice: once in the books
+    block = T0 + timedelta(seconds=5)
+    settled = tuple(LeaseSettled(block, "EF" * 32, u, (Coin("umfx", 3),), kind="close") for u in ("la", "lc", "lb"))
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, CloseOutcome(3, ("EF" * 32,), settled)),
+                       block + timedelta(seconds=2))
+    ledger = [e.message for e in out if isinstance(e, Send) and e.to == "ledger"]
+    assert [type(m).__name__ for m in ledger] == ["SettlementsRecorded", "ClosureRecorded", "ClosureRecorded", "CloseLookupClosed"]
+    assert {c.at for c in ledger if isinstance(c, ClosureRecorded)} == {block}  # the block's time, not the answer's
+
+    # An answer that may have committed keeps the entry and hands the tx to the lookups, not written twice.
+    chain.handle(CloseRequested(2, "manifest1a", ("ld",), "credit depleted", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(2), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    chain.handle(CloseTxSigned(batch.round, batch.batch, "CD" * 32), T0)
+    lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True, tx_hash="CD" * 32)
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, None, lost), T0)
+    assert not msgs(out, CloseLookupOpened) and not msgs(out, CloseLookupClosed)
+    assert [e.message.tx_hash for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)] == ["CD" * 32]
+
+
+def test_close_txs_left_open_by_a_previous_run_are_looked_up_at_start() -> None:
+    from actors.chain_actor import ChainDecisions
+    from actors.withdraw_lookup import LOOKUP_DELAYS
+    from messages.chain_actor import CloseLookupsRestored, CloseTxCall
+
+    chain = ChainDecisions(S)
+    left = CloseLookupOpened("AB" * 32, "credit depleted", (("manifest1a", ("la",)),), T0 - timedelta(hours=1))
+    out = chain.handle(CloseLookupsRestored((left,)), T0)
+    (look,) = [e for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)]
+    assert look.at == T0 + LOOKUP_DELAYS[0] and look.message.lease_uuids == ("la",)
+    assert chain.handle(CloseLookupsRestored((left,)), T0) == []  # already being looked up
+
+
+def test_a_lookup_on_a_node_without_a_tx_index_ends_saying_the_outcome_is_unknown_not_failed() -> None:
+    from actors.withdraw_lookup import not_applied_yet
+    from chain.errors import NO_TX_INDEX, TX_INDEX
+
+    none = ChainFailure("close_outcome", "transaction indexing is disabled", codespace=TX_INDEX, code=NO_TX_INDEX)
+    text, delay = not_applied_yet("close tx CD", 1, none, "it closed nothing")
+    assert delay is None and "was included and failed" not in text and "it closed nothing" not in text
+    assert "keeps no tx index" in text and "missing from the books" in text

@@ -11,6 +11,7 @@ them where the chain does.
 from __future__ import annotations
 
 import hashlib
+from datetime import timezone
 
 import bech32
 
@@ -140,6 +141,13 @@ def test_1_6_lease_fields_and_reservation_field_16_only_on_current(world: World,
         assert lease.HasField("expired_at") == (name == "EXPIRED"), name
         assert lease.HasField("reservation") == chain_version().lease_reservation_field, name
     assert (leases["CLOSED"].closure_reason, leases["REJECTED"].rejection_reason) == ("moved", "no capacity")
+    # The client ends a lease that never became active at the chain's own time: its expired_at or rejected_at.
+    from chain.billing_codec import lease_from_proto
+
+    for name in ("EXPIRED", "REJECTED", "CANCELLED"):
+        wire = leases[name].expired_at if name == "EXPIRED" else leases[name].rejected_at
+        assert lease_from_proto(leases[name]).ended_at == wire.ToDatetime(tzinfo=timezone.utc), name
+    assert lease_from_proto(leases["ACTIVE"]).ended_at is None
     assert leases["PENDING"].meta_hash == b"\x01\xff"
     assert {n for lease in leases.values() for n in numbers(lease)} <= set(range(1, 17 if chain_version().lease_reservation_field else 16))
     if chain_version().lease_reservation_field:

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from ledger.cli import add_commands, main
-from ledger.periods import Month
+from ledger.periods import Month, to_us
 from ledger.runs import Periods
 from ledger.store import Ledger
 from messages.chain import Lease, LeaseItem
 from messages.coins import Coin
-from messages.lease_events import LeaseEvent
-from messages.ledger import LeaseEventRecorded, LeasesReconciled, LeaseSettled
+from messages.ledger import LeasesReconciled, LeaseSettled
 from runtime.clock import utc
 from runtime.config import load_config
 
@@ -78,27 +77,35 @@ def test_tick_moves_then_meters_and_prints_a_table(capsys, config, books):
     assert march["month"] == "2026-03" and march["run_id"] and not march["finalized"] and march["error"] == ""
 
 
-def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
+def _unreadable(books) -> None:  # type: ignore[no-untyped-def]
+    """A lease row whose items the ledger cannot read (a damaged file): its month's run fails."""
     lg = Ledger.open(books, PROVIDER)
-    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
+    with lg.transaction() as c:
+        c.execute(
+            "INSERT INTO leases (uuid, tenant, provider_uuid, items, priced, active_from_us, active_from_rank, "
+            "first_seen_us, updated_us) VALUES ('damaged', ?, ?, 'not json', 1, ?, 4, 0, 0)",
+            (ALICE, PROVIDER, to_us(utc(2026, 3, 9))),
+        )
     lg.close()
+
+
+def test_tick_exits_non_zero_when_a_month_failed(capsys, config, books):
+    _unreadable(books)
     run(capsys, config, "tick", "--now", "2026-04-01T00:30:00Z")
     code, out, err = run(capsys, config, "tick", "--now", "2026-04-02T01:00:00Z")
     assert code == 1
-    assert "no known price" in out and "unpriced" in out
+    assert "JSONDecodeError" in out
     assert err.startswith("error: 2026-03: run ")
 
 
 def test_tick_in_its_own_process_exits_non_zero_when_a_month_failed(config, books):
-    lg = Ledger.open(books, PROVIDER)
-    lg.record(LeaseEventRecorded(utc(2026, 3, 9), LeaseEvent("acknowledged", "unpriced", ALICE, PROVIDER)))
-    lg.close()
+    _unreadable(books)
     cmd = [sys.executable, str(REPO / "run.py"), "--config", str(config), "tick"]
     first = subprocess.run([*cmd, "--now", "2026-04-01T00:30:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     second = subprocess.run([*cmd, "--now", "2026-04-02T01:00:00Z"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
-    assert "no known price" in second.stderr
+    assert "JSONDecodeError" in second.stderr
 
 
 @pytest.mark.parametrize(
@@ -170,6 +177,37 @@ def test_statement_as_csv_and_json_per_tenant(capsys, config, books):
     assert code == 2 and "manifest1nobody has nothing in the statement of 2026-03" in err
     code, _, err = run(capsys, config, "statement", "--period", "2026-01")
     assert code == 2 and "no billing period 2026-01" in err
+
+
+def test_periods_and_statements_say_what_the_books_lack_per_lease(capsys, config, books):
+    from messages.ledger import LeaseIssue
+
+    lg = Ledger.open(books, PROVIDER)
+    with lg.transaction() as c:  # a lease of Alice's whose price the books never learned
+        c.execute(
+            "INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us) "
+            "VALUES ('unpriced', ?, ?, ?, 3, 0, 0)",
+            (ALICE, PROVIDER, to_us(utc(2026, 3, 9))),
+        )
+    lg.record(LeaseIssue(utc(2026, 3, 20), "lb", "no_tx_index", "transaction indexing is disabled", BOB))
+    lg.close()
+    code, _, _ = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z")
+    assert code == 0  # the month is metered: the unpriced lease holds back only itself
+    code, out, _ = run(capsys, config, "periods")
+    assert code == 0
+    header, march = out.splitlines()[0], next(line for line in out.splitlines() if line.startswith("2026-03"))
+    assert "held back" in header and "1 lease(s)" in march
+    assert f"lease unpriced of {ALICE}: held back from the month's run (no known price" in out
+    assert f"lease lb of {BOB}: ended while unheard, and the node keeps no tx index" in out
+
+    code, out, _ = run(capsys, config, "statement", "--period", "2026-03")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {(r["tenant"], r["line"], r["lease_uuid"]) for r in rows if r["line"] not in ("lease", "total")} == {
+        (ALICE, "held", "unpriced"), (BOB, "no_tx_index", "lb")}
+    code, out, _ = run(capsys, config, "statement", "--period", "2026-03", "--format", "json")
+    notes = json.loads(out)["notes"]
+    assert [(n["lease_uuid"], n["kind"]) for n in notes] == [("unpriced", "held"), ("lb", "no_tx_index")]
+    assert "indexing is disabled" in notes[1]["reason"]
 
 
 def test_add_commands_plugs_into_another_programs_parser(config, books):

@@ -29,14 +29,12 @@ from chain.settlements import settlements_in_withdraw
 from ledger.facts import settlements_from_tx
 from ledger.metering import accrued_seconds, meter_month
 from ledger.periods import Month, to_us
+from ledger.runs import Periods
 from ledger.statements import tenant_totals
 from ledger.store import Ledger
-from ledger.tick import RunFailed
-from messages.chain import LeaseItem
+from messages.chain import Lease, LeaseItem
 from messages.coins import Coin
-from messages.lease_events import LeaseEvent
 from messages.ledger import (
-    LeaseEventRecorded,
     LeaseObserved,
     LeasesReconciled,
     LeaseSettled,
@@ -86,9 +84,8 @@ class Feed:
         self._last = tx
         pairs = [(e.type, dict(e.attributes)) for e in tx.events]
         for ev in lease_events_from_tx(pairs, tx.height):
-            self.facts.append(LeaseEventRecorded(tx.time, ev))
-            if ev.provider_uuid == self.provider and ev.kind == "acknowledged":
-                # The sidecar reads a new lease for its items (its price).
+            if ev.provider_uuid == self.provider and ev.kind != "created":
+                # An event is a hint: the sidecar reads the lease (its price, the chain's own times).
                 self.facts.append(LeaseObserved(tx.time, self.model.lease(ev.lease_uuid)))
         self.facts.extend(settlements_from_tx(tx.tx_hash, tx.time, pairs, self.provider))
 
@@ -266,7 +263,7 @@ def test_replaying_every_fact_changes_nothing(world, ledger, tmp_path):
         return out
 
     before = dump()
-    assert ledger.count("lease_events") > 0 and ledger.count("settlements") > 0
+    assert ledger.count("leases") > 0 and ledger.count("settlements") > 0
     ledger.record_all(world.feed.facts)  # the whole capture again
     ledger.record_all(reversed(world.feed.facts))  # and out of order
     assert dump() == before
@@ -304,14 +301,34 @@ def test_on_v2_1_each_settlement_drops_its_fraction_of_a_second():
     assert accrued_seconds(active, closed, start, end, [active - s, *instants, closed + s]) == 29
 
 
-def test_a_month_with_an_unpriced_lease_fails_and_names_it(tmp_path):
+def unpriced(lg: Ledger, uuid: str, acknowledged) -> None:  # type: ignore[no-untyped-def]
+    """A lease the books hold as active from ``acknowledged`` without its price (an older build's row from an event)."""
+    with lg.transaction() as c:
+        c.execute(
+            "INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us) "
+            "VALUES (?, ?, ?, ?, 3, ?, ?)",
+            (uuid, RICH, PROVIDER, to_us(acknowledged), to_us(acknowledged), to_us(acknowledged)),
+        )
+
+
+def test_a_lease_the_books_cannot_price_holds_back_only_itself(tmp_path):
+    from messages.ledger import LeaseIssue
+
     lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
     at = utc(2026, 3, 5)
-    lg.record(LeaseEventRecorded(at, LeaseEvent("acknowledged", "lease-x", RICH, PROVIDER)))
-    with pytest.raises(RunFailed, match=r"1 lease\(s\) active in 2026-03 have no known price.*lease-x") as err:
-        meter_month(lg, MAR, utc(2026, 4, 2))
-    runs = lg.conn.execute("SELECT id, status FROM runs").fetchall()
-    assert runs == [(err.value.run_id, "failed")]
+    unpriced(lg, "lease-x", at)  # active from March 5, its price never read
+    lg.record(LeaseSettled(utc(2026, 3, 9), "TXX", "lease-x", (Coin("umfx", 7),), tenant=RICH))
+    # One whose every read failed: no row at all, but a withdraw page settled it.
+    lg.record(LeaseIssue(at, "lease-y", "unread", "3 failed read(s)", POOR))
+    lg.record(LeaseSettled(utc(2026, 3, 9), "TXY", "lease-y", (Coin("umfx", 9),), tenant=POOR))
+    lg.record(LeasesReconciled(at, (Lease("lease-z", RICH, PROVIDER, (item(2),), acknowledged_at=utc(2026, 3, 1)),)))
+    result = meter_month(lg, MAR, utc(2026, 4, 2))
+    assert [r.status for r in Periods(lg).runs(MAR)] == ["completed"] and result.leases == 1
+    # The rest of the month is billed; the held leases are named with the run, their settlements held with them.
+    assert tenant_totals(lg, MAR) == {RICH: {"umfx": (2 * 31 * 86_400, 0)}}
+    held = lg.conn.execute("SELECT lease_uuid, tenant, reason FROM run_held_leases").fetchall()
+    assert [(u, t) for u, t, _ in held] == [("lease-x", RICH), ("lease-y", POOR)]
+    assert "no known price" in held[0][2] and "keeps failing" in held[1][2]
     lg.close()
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledger.periods import from_us
+from ledger.periods import from_us, to_us
 from ledger.schema import MIGRATIONS, SCHEMA_VERSION, Migration, NewerSchemaError, NotALedgerError, current_version
 from ledger.store import Ledger, LedgerError, Precision
 from messages.chain import Lease, LeaseItem
@@ -21,6 +21,7 @@ from messages.ledger import (
     LeasesObserved,
     LeasesReconciled,
     LeaseSettled,
+    SettlementsRecorded,
     TenantForgotten,
     TenantStateChanged,
     WithdrawalRecorded,
@@ -108,6 +109,22 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_path):
         Ledger.open(path, PROVIDER)
 
 
+def test_a_version_9_ledger_keeps_its_lease_issues_and_may_then_hold_a_close_being_sought(tmp_path):
+    from messages.ledger import LeaseIssue
+
+    path = tmp_path / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:9])  # as the build before close_sought wrote it
+    lg.record(LeaseIssue(T, "l1", "unread", "1 failed read(s)", TENANT))
+    with pytest.raises(sqlite3.IntegrityError):
+        lg.record(LeaseIssue(T, "l2", "close_sought", "being looked for", TENANT))
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)
+    assert current_version(lg.conn) == SCHEMA_VERSION >= 10
+    lg.record(LeaseIssue(T, "l2", "close_sought", "being looked for", TENANT))
+    assert [(i.lease_uuid, i.kind, i.since) for i in lg.lease_issues()] == [("l1", "unread", T), ("l2", "close_sought", T)]
+    lg.close()
+
+
 def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_closed(tmp_path):
     path = tmp_path / "ledger.sqlite"
     lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:1])  # as the build before lookups wrote it
@@ -125,6 +142,22 @@ def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_clos
     assert lg.withdraw_lookups() == [opened]
     lg.record(WithdrawLookupClosed("AB12"))
     assert lg.withdraw_lookups() == []
+
+
+def test_a_version_6_ledger_gains_the_close_lookups_and_keeps_each_until_closed(tmp_path):
+    from messages.ledger import CloseLookupClosed, CloseLookupOpened
+
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:6]).close()  # as the build before write-ahead closes
+    lg = Ledger.open(path, PROVIDER)
+    opened = CloseLookupOpened("CD34", "credit depleted", (("t1", ("l1", "l2")), ("t2", ("l3",))), T)
+    lg.record_all([opened, opened])  # twice (a replayed capture): one entry
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)  # a restart reads it back whole
+    assert lg.close_lookups() == [opened]
+    lg.record(CloseLookupClosed("CD34"))
+    assert lg.close_lookups() == []
+    lg.close()
 
 
 def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_path):
@@ -203,12 +236,19 @@ def test_the_chains_own_times_win_over_event_arrival_times_in_any_order(ledger, 
     assert (row["active_from_rank"], row["closed_at_rank"]) == (Precision.CHAIN, Precision.CHAIN)
 
 
-def test_an_event_time_beats_our_closure_record_but_not_the_reverse(ledger):
+def test_a_lease_event_is_kept_as_a_hint_and_books_nothing(ledger):
     ledger.record(LeasesObserved(T - timedelta(days=1), (lease("l1", ack=T - timedelta(days=1)),)))
-    closed_seen = T + timedelta(seconds=1)
-    ledger.record(LeaseEventRecorded(closed_seen, event("closed", "l1", "credit depleted")))
+    before = ledger.lease("l1")
+    ledger.record(LeaseEventRecorded(T + timedelta(seconds=1), event("closed", "l1", "credit depleted")))
+    ledger.record(LeaseEventRecorded(T, event("acknowledged", "l9")))  # one the books never read
+    assert ledger.lease("l1") == before and ledger.lease("l9") is None
+    assert ledger.count("lease_events") == 2
+    # Our own closure, from its tx's answer, is a fact; the chain's own close beats it.
     ledger.record(ClosureRecorded(T + timedelta(seconds=9), TENANT, ("l1",), "credit depleted", ("TX",)))
-    assert times(ledger, "l1")[1] == closed_seen
+    assert times(ledger, "l1")[1] == T + timedelta(seconds=9)
+    exact = T + timedelta(seconds=5, microseconds=3)
+    ledger.record(LeaseObserved(T + timedelta(minutes=1), lease("l1", state="CLOSED", closed_at=exact, reason="credit depleted")))
+    assert times(ledger, "l1")[1] == exact
 
 
 def test_leases_observed_says_nothing_about_other_leases(ledger):
@@ -228,28 +268,58 @@ def test_a_reconcile_never_closes_a_lease_missing_from_it_the_leases_own_read_do
     assert times(ledger, "l2") == (T, exact, "tenant left")
 
 
-def test_a_stale_listing_never_reopens_a_closed_lease(ledger):
-    ledger.record(LeasesReconciled(T, (lease("l1"),)))
-    ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed it
+def _older_builds_event_close(ledger, uuid: str, at) -> None:  # type: ignore[no-untyped-def]
+    """A lease closed at an event's time, as builds before events were hints booked it (rank EVENT)."""
+    with ledger.transaction() as c:
+        c.execute("UPDATE leases SET closed_at_us = ?, closed_at_rank = ?, closure_reason = 'bye' WHERE uuid = ?",
+                  (to_us(at), int(Precision.EVENT), uuid))
+
+
+def test_a_stale_listing_never_reopens_our_own_close_but_a_read_reopens_what_the_chain_did_not_close(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
+    ledger.record(LeasesReconciled(T + timedelta(hours=1), ()))  # a read that missed them
     assert times(ledger, "l1")[1] is None
-    # A stale read (taken before an event-recorded close) never reopens.
-    ledger.record(LeaseEventRecorded(T + timedelta(hours=3), event("closed", "l1", "bye")))
-    ledger.record(LeasesReconciled(T + timedelta(hours=4), (lease("l1"),)))
+    # Our close, from its tx's answer: a listing taken before it never reopens it.
+    ledger.record(ClosureRecorded(T + timedelta(hours=3), TENANT, ("l1",), "credit depleted", ("TX",)))
+    ledger.record(LeasesReconciled(T + timedelta(hours=2), (lease("l1"),)))
     assert times(ledger, "l1")[1] == T + timedelta(hours=3)
+    # A close an older build took from a (maybe forged) event: the chain still says ACTIVE, so it is not closed.
+    _older_builds_event_close(ledger, "l2", T + timedelta(hours=3))
+    ledger.record(LeaseObserved(T + timedelta(hours=4), lease("l2")))
+    assert times(ledger, "l2")[1] is None
 
 
 def test_the_leases_to_read_are_the_unpriced_and_those_closed_at_a_time_the_chain_did_not_give(ledger):
     ledger.record(LeasesReconciled(T, (lease("l1"), lease("l2"))))
-    ledger.record(LeaseEventRecorded(T + timedelta(minutes=5), event("acknowledged", "short")))  # no price yet
-    ledger.record(LeaseEventRecorded(T + timedelta(minutes=9), event("expired", "pending")))  # never active
+    with ledger.transaction() as c:  # an older build's rows from events: no price yet
+        for uuid, ack in (("short", T + timedelta(minutes=5)), ("pending", None)):
+            c.execute(
+                "INSERT INTO leases (uuid, tenant, provider_uuid, active_from_us, active_from_rank, first_seen_us, updated_us) "
+                "VALUES (?, ?, ?, ?, ?, 0, 0)",
+                (uuid, TENANT, PROVIDER, to_us(ack) if ack else None, int(Precision.EVENT) if ack else 0),
+            )
     ledger.record(LeasesReconciled(T + timedelta(hours=1), (lease("l1"),)))  # l2 is read by the scheduler
-    ledger.record(LeaseEventRecorded(T + timedelta(hours=2), event("closed", "l2")))  # closed, when the event came
+    ledger.record(ClosureRecorded(T + timedelta(hours=2), TENANT, ("l2",), "bye", ("TX",)))  # closed, at our tx's time
     assert ledger.leases_to_read() == ["pending", "short", "l2"]  # unpriced first
     expired = Lease("pending", TENANT, PROVIDER, (LeaseItem("sku-1", 1, Coin("umfx", 3)),), state="EXPIRED")
     ledger.record(LeaseObserved(T + timedelta(hours=1), expired))  # the chain gives it no closed_at
     ledger.record(LeaseObserved(T + timedelta(hours=1), lease("short", state="CLOSED", closed_at=T + timedelta(minutes=7))))
     ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l2", state="CLOSED", closed_at=T + timedelta(minutes=30))))
     assert ledger.leases_to_read() == []  # read once: not listed at every start for ever
+
+
+def test_a_lease_read_as_expired_or_rejected_ends_at_the_chains_own_time_and_is_never_active(ledger):
+    """No tx ends it and its event is a hint: its read ends it, at the chain's expired_at or rejected_at."""
+    item = (LeaseItem("sku-1", 1, Coin("umfx", 3)),)
+    ledger.record(LeaseObserved(T, Lease("p1", TENANT, PROVIDER, item, state="PENDING")))
+    expiry = T + timedelta(minutes=10, microseconds=1)
+    ledger.record(LeaseObserved(T + timedelta(hours=1), Lease("p1", TENANT, PROVIDER, item, state="EXPIRED", ended_at=expiry)))
+    ledger.record(LeaseObserved(T + timedelta(hours=1), Lease("p2", TENANT, PROVIDER, item, state="REJECTED", ended_at=T)))
+    for uuid, at, reason in (("p1", expiry, "expired"), ("p2", T, "rejected")):
+        row = ledger.lease(uuid)
+        assert (row["closed_at_us"], row["closed_at_rank"], row["closure_reason"]) == (to_us(at), int(Precision.CHAIN), reason)
+        assert row["active_from_us"] is None
+    assert ledger.leases_to_read() == []
 
 
 def test_other_providers_leases_are_kept_as_events_only(ledger):
@@ -286,3 +356,55 @@ def test_tenant_snapshots_survive_a_reopen_and_forgetting_drops_them(tmp_path):
     lg = Ledger.open(path, PROVIDER)
     assert lg.tenant_snapshots() == [newer_a, b]
     lg.close()
+
+
+def test_what_the_books_lack_of_a_lease_is_kept_until_it_is_resolved(ledger):
+    from messages.ledger import LeaseIssue, LeaseIssueResolved
+
+    ledger.record(LeaseIssue(T, "l1", "unread", "1 failed read(s)", TENANT))
+    ledger.record(LeaseIssue(T + timedelta(minutes=5), "l1", "unread", "2 failed read(s)"))  # a repeat: one row
+    ledger.record(LeaseIssue(T + timedelta(days=40), "l2", "close_not_found", "no tx"))
+    [unread] = ledger.lease_issues("2026-03")
+    assert (unread.lease_uuid, unread.tenant, unread.detail, unread.since, unread.updated) == (
+        "l1", TENANT, "2 failed read(s)", T, T + timedelta(minutes=5))
+    assert [i.period for i in ledger.lease_issues()] == ["2026-03", "2026-04"]
+    assert ledger.leases_to_read() == ["l1"]  # read again at the next start
+    ledger.record(LeaseObserved(T + timedelta(hours=1), lease("l1")))  # read at last
+    ledger.record(LeaseIssueResolved("l2", "close_not_found"))
+    assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
+    # A search for a closing tx a stop cut short: the lease is read again at the next start, searched anew.
+    ledger.record(LeaseIssue(T, "l3", "close_sought", "being looked for", TENANT))
+    ledger.record(LeaseObserved(T, lease("l3", state="CLOSED", closed_at=T)))
+    assert ledger.leases_to_read() == ["l3"]
+    ledger.record(LeaseIssueResolved("l3", "close_sought"))
+    assert ledger.lease_issues() == [] and ledger.leases_to_read() == []
+
+
+def test_a_settlement_more_than_the_lease_could_have_accrued_or_negative_is_refused_and_said(ledger):
+    ledger.record(LeasesReconciled(T, (lease("l1"),)))  # 2 x 3umfx a second, from T
+    hour = T + timedelta(hours=1)
+    for tx, amount in (("TXNEG", -1_000_000), ("TXBIG", 10**26), ("TXOVER", 6 * 3601 + 1)):
+        ledger.record(SettlementsRecorded((LeaseSettled(hour, tx, "l1", (Coin("umfx", amount),), kind="close"),)))
+    assert ledger.count("settlements") == 0
+    [issue] = ledger.lease_issues()
+    assert (issue.lease_uuid, issue.kind, issue.tenant) == ("l1", "settlement_refused", TENANT)
+    # What it did accrue passes (a second more than the whole seconds, for the fraction the chain carries).
+    ledger.record(LeaseSettled(hour, "TXOK", "l1", (Coin("umfx", 6 * 3601),)))
+    later = hour + timedelta(seconds=10)
+    ledger.record(LeaseSettled(later, "TXNEXT", "l1", (Coin("umfx", 6 * 11),)))  # bounded from the previous one
+    ledger.record(LeaseSettled(later, "TXNEXT2", "l1", (Coin("upwr", 1),)))  # a denom it is not priced in
+    assert sorted(r[0] for r in ledger.conn.execute("SELECT tx_hash FROM settlements")) == ["TXNEXT", "TXOK"]
+    # A lease the books cannot price yet: only the sign is known.
+    ledger.record(LeaseSettled(hour, "TXU", "unread", (Coin("umfx", 10**20),)))
+    assert ledger.conn.execute("SELECT amount FROM settlements WHERE tx_hash = 'TXU'").fetchone() == ("100000000000000000000",)
+
+
+def test_the_bound_of_a_settlement() -> None:
+    from ledger.settlement_bounds import refusal
+
+    s = 1_000_000
+    assert refusal(-1, "umfx", None, None, 0).startswith("a negative amount")
+    assert refusal(10**30, "umfx", None, None, 0) == ""  # nothing known of the lease
+    assert refusal(31, "umfx", {"umfx": 3}, 0, 10 * s) == ""  # 10 whole seconds, and one more
+    assert refusal(34, "umfx", {"umfx": 3}, 0, 10 * s + 500_000) != ""
+    assert refusal(1, "upwr", {"umfx": 3}, 0, 10 * s) != "" and refusal(0, "upwr", {"umfx": 3}, 0, 10 * s) == ""

@@ -5,10 +5,12 @@ README says which and how). A build that changes the format keeps a decoder
 for each older version (``capture.reader``); these tests hold it to that.
 
 ``format3/`` was written by the last build to write format 3, whose
-decisions are today's: it replays with no divergence. ``format3-d1c62e2/``
-is from before the reads had heights: its records must all still decode,
-with the fields added since at their defaults, and replay to the end (where
-today's decisions differ from that build's, replay says so: that is its job).
+decisions are today's: it replays with no divergence. ``format3-a183828/``
+is from before lease events were hints: its records must all still decode
+and replay to the end. ``format3-d1c62e2/`` is from before the reads had
+heights: its records must all still decode, with the fields added since at
+their defaults, and replay to the end (where today's decisions differ from
+those builds', replay says so: that is its job).
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from replay.engine import Divergence, Replayer, RunEnds
 
 CAPTURES = Path(__file__).parent / "captures"
 FORMAT3 = sorted((CAPTURES / "format3").glob("*.lwcap"))
+BEFORE_HINTS = sorted((CAPTURES / "format3-a183828").glob("*.lwcap"))
 BEFORE_HEIGHTS = sorted((CAPTURES / "format3-d1c62e2").glob("*.lwcap"))
 
 
-@pytest.mark.parametrize("files", [FORMAT3, BEFORE_HEIGHTS], ids=["format3", "format3-d1c62e2"])
+@pytest.mark.parametrize(
+    "files", [FORMAT3, BEFORE_HINTS, BEFORE_HEIGHTS], ids=["format3", "format3-a183828", "format3-d1c62e2"]
+)
 def test_the_format_3_captures_are_there_and_are_format_3(files: list[Path]) -> None:
     assert [p.name for p in files] == ["demo-model-12m.lwcap", "e2e-closures.lwcap"]
     for path in files:
@@ -46,8 +51,9 @@ def test_a_format_3_capture_replays_with_no_divergence(path: Path) -> None:
     assert end.clean_end and end.inputs > 100 and end.matched > 100
 
 
-def test_the_reads_of_a_format_3_capture_carry_their_heights() -> None:
-    messages = [e.record.message for path in FORMAT3 for e in CaptureReader([path]) if type(e.record) is DeliveryRecord]
+@pytest.mark.parametrize("files", [FORMAT3, BEFORE_HINTS], ids=["format3", "format3-a183828"])
+def test_the_reads_of_a_format_3_capture_carry_their_heights(files: list[Path]) -> None:
+    messages = [e.record.message for path in files for e in CaptureReader([path]) if type(e.record) is DeliveryRecord]
     reads = [m for m in messages if isinstance(m, CreditRead)]
     assert reads and all(r.height > 0 and r.account.height >= r.height for r in reads)
     assert any(m.block_times for m in messages if isinstance(m, NodeStatusAnswered))
@@ -67,6 +73,18 @@ def test_a_capture_from_before_the_heights_decodes_whole_with_the_new_fields_at_
     assert all(m.block_times == () for m in messages if isinstance(m, NodeStatusAnswered))
 
 
+@pytest.mark.parametrize("path", BEFORE_HINTS, ids=lambda p: p.stem)
+def test_a_capture_from_before_the_hints_decodes_whole_and_replays_to_its_end(path: Path) -> None:
+    entries = list(CaptureReader([path]))
+    deliveries = [e.record for e in entries if type(e.record) is DeliveryRecord]
+    assert len(deliveries) > 200
+    registered = set(registry().values())
+    assert all(type(d.message) in registered for d in deliveries)
+    events = list(Replayer(build_core).replay(CaptureReader([path], file_parts=True)))
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    assert end.clean_end and end.inputs > 100 and end.matched > 50
+
+
 @pytest.mark.parametrize("path", BEFORE_HEIGHTS, ids=lambda p: p.stem)
 def test_a_capture_from_before_the_heights_replays_to_its_end(path: Path) -> None:
     events = list(Replayer(build_core).replay(CaptureReader([path], file_parts=True)))
@@ -74,7 +92,9 @@ def test_a_capture_from_before_the_heights_replays_to_its_end(path: Path) -> Non
     assert end.clean_end and end.inputs > 100 and end.matched > 50
 
 
-@pytest.mark.parametrize("files", [FORMAT3, BEFORE_HEIGHTS], ids=["format3", "format3-d1c62e2"])
+@pytest.mark.parametrize(
+    "files", [FORMAT3, BEFORE_HINTS, BEFORE_HEIGHTS], ids=["format3", "format3-a183828", "format3-d1c62e2"]
+)
 def test_a_format_3_capture_reads_back_its_big_amount_exactly(files: list[Path]) -> None:
     """The e2e capture funds a tenant with 2**70 umfx: beyond 64 bits, so written as the big-int ext."""
     reader = CaptureReader([p for p in files if p.name == "e2e-closures.lwcap"])
@@ -88,6 +108,6 @@ def test_a_format_3_capture_reads_back_its_big_amount_exactly(files: list[Path])
 
 
 def test_every_format_3_capture_starts_a_run() -> None:
-    for path in FORMAT3 + BEFORE_HEIGHTS:
+    for path in FORMAT3 + BEFORE_HINTS + BEFORE_HEIGHTS:
         first = next(iter(CaptureReader([path])))
         assert isinstance(first.record, RunStart) and first.record.format == 3

@@ -36,7 +36,7 @@ def test_the_demo_runs_on_the_model_and_ends_with_a_summary(tmp_path: Path) -> N
     # A draining tenant's credit runs out: the rule that found it and its numbers are told, and
     # its leases end (by our withdraw, which the chain answers with an auto-close, or by our close).
     assert "credit gone for" in text and "by the reservation-aware rule (current chain)" in text
-    assert "auto_closed (credit_exhausted)" in text or "closed 2 lease(s) of tenant" in text
+    assert "closed (credit exhausted)" in text or "closed 2 lease(s) of tenant" in text
     # the failing tenant's first failed read is a warning; the ones after it are folded
     assert "WARNING: tenant manifest1" in text and "in a row); nothing closed" in text
     assert "withdraw cycles:" in text and "leases closed by us:" in text

@@ -208,22 +208,53 @@ def test_cycle_deadline_goes_on_without_silent_tenants() -> None:
     assert core.cycle is None and any(isinstance(e, Note) and "did not answer" in e.text for e in out)
 
 
-def test_lease_events_update_monitors_at_once() -> None:
+def watched(core: SchedulerDecisions, uuid: str, tenant: str, state: str = "ACTIVE") -> list:
+    """Our lease ``uuid`` of ``tenant`` heard of (an event), then read in ``state``: what the read did."""
+    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", uuid, tenant, PROVIDER)), T0)
+    return core.handle(LeaseRead(uuid, msgspec.structs.replace(lease(uuid, tenant), state=state)), T0)
+
+
+def test_a_lease_event_is_a_hint_the_monitors_change_only_once_the_lease_is_read() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
     out = core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l9", "t9", PROVIDER)), T0)
+    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l9"]
+    assert not [e for e in out if isinstance(e, Spawn)] and "t9" not in core.tenants
+    out = core.handle(LeaseRead("l9", lease("l9", "t9")), T0)
     (spawn,) = [e for e in out if isinstance(e, Spawn)]
-    assert spawn.tenant == "t9" and isinstance(spawn.first[0], LeaseOpened)
-    out = core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l10", "t9", PROVIDER)), T0)
+    assert spawn.tenant == "t9" and spawn.first[0] == LeaseOpened(lease("l9", "t9"))  # the chain's lease, priced
+    out = watched(core, "l10", "t9", "PENDING")
     assert [m.message.lease.uuid for m in msgs(out, LeaseOpened)] == ["l10"]
+    # A close event: read; the lease ends for the monitor only when the read says it did.
     out = core.handle(LeaseEventReceived(LeaseEvent("closed", "l9", "t9", PROVIDER)), T0)
-    assert msgs(out, LeaseGone)[0].message == LeaseGone("l9", "closed")
-    out = core.handle(LeaseEventReceived(LeaseEvent("expired", "l10", "t9", PROVIDER)), T0)
+    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l9"] and not msgs(out, LeaseGone)
+    closed = msgspec.structs.replace(lease("l9", "t9"), state="CLOSED", closure_reason="tenant left")
+    assert msgs(core.handle(LeaseRead("l9", closed), T0), LeaseGone)[0].message == LeaseGone("l9", "closed")
+    core.handle(LeaseEventReceived(LeaseEvent("expired", "l10", "t9", PROVIDER)), T0)
+    out = core.handle(LeaseRead("l10", msgspec.structs.replace(lease("l10", "t9"), state="EXPIRED")), T0)
     assert [e.tenant for e in out if isinstance(e, Retire)] == ["t9"]
+
+
+def test_a_forged_frame_changes_nothing_in_the_books_or_the_watch_until_a_read_confirms_it() -> None:
+    from messages.coins import Coin
+
+    core = SchedulerDecisions(settings(), PROVIDER)
+    watched(core, "l1", "t1")
+    for settled in ((Coin("umfx", -1_000_000),), (Coin("umfx", 10**26),)):
+        for kind in ("closed", "auto_closed", "expired", "cancelled"):
+            forged = LeaseEvent(kind, "l1", "t1", PROVIDER, "tenant left", 9, "AB" * 32, settled if kind == "closed" else ())
+            out = core.handle(LeaseEventReceived(forged), T0)
+            assert [type(e.message).__name__ for e in out if isinstance(e, Send)] in (["LeaseCall"], [])
+            assert core.tenants["t1"].leases == {"l1"}
+            # The chain says it is ACTIVE: the lease stays watched, nothing is booked.
+            out = core.handle(LeaseRead("l1", lease("l1", "t1")), T0)
+            assert not msgs(out, LeaseGone) and not [e for e in out if isinstance(e, Send) and e.to == "ledger"
+                                                     and type(e.message).__name__ != "LeaseObserved"]
+            assert core.tenants["t1"].leases == {"l1"}
 
 
 def test_another_providers_auto_close_of_a_shared_tenant_triggers_a_withdraw() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
-    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    watched(core, "l1", "t1")
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t1", OTHER, "credit_exhausted")), T0)
     assert msgs(out, WithdrawRequested)
     # a tenant we do not serve: nothing
@@ -231,24 +262,20 @@ def test_another_providers_auto_close_of_a_shared_tenant_triggers_a_withdraw() -
     assert not msgs(core2.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "t7", OTHER)), T0), WithdrawRequested)
 
 
-def test_our_withdraws_tenantless_auto_close_is_filed_under_the_tenant_we_know() -> None:
-    from messages.ledger import LeaseEventRecorded
-
+def test_our_withdraws_tenantless_auto_close_is_read_and_ends_the_lease_of_the_tenant_the_chain_names() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
-    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    watched(core, "l1", "t1")
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "l1", "", PROVIDER, "credit_exhausted")), T0)
-    (recorded,) = msgs(out, LeaseEventRecorded)
-    assert recorded.message.event.tenant == "t1"
-    assert msgs(out, LeaseGone)[0].message == LeaseGone("l1", "auto_closed")
+    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l1"] and not msgs(out, LeaseGone)
+    closed = msgspec.structs.replace(lease("l1", "t1"), state="CLOSED", closure_reason="credit exhausted")
+    out = core.handle(LeaseRead("l1", closed), T0)
+    assert msgs(out, LeaseGone)[0].message == LeaseGone("l1", "closed")
     assert "t1" not in core.tenants
-    # One we do not know: its own read names the tenant, for the books.
-    out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "l2", "", PROVIDER, "credit_exhausted")), T0)
-    assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l2"] and not msgs(out, LeaseEventRecorded)
 
 
 def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_a_shared_tenant() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
-    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    watched(core, "l1", "t1")
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "", OTHER, "credit_exhausted")), T0)
     assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["x1"] and not msgs(out, WithdrawRequested)
     closed = msgspec.structs.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
@@ -262,7 +289,7 @@ def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_
 
 def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_close_does_not() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
-    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
+    watched(core, "l1", "t1")
     ordinary = LeaseEvent("closed", "x1", "t1", OTHER, by="manifest1someone")
     assert not msgs(core.handle(LeaseEventReceived(ordinary), T0), WithdrawRequested)
     exhausted = msgspec.structs.replace(ordinary, by="credit_exhaustion")
@@ -280,21 +307,6 @@ def test_a_failed_withdraw_waits_the_interval_rather_than_waking_at_once() -> No
     out = core.handle(ActiveLeasesRead(core.cycle.id, ()), T0 + timedelta(hours=1))
     (wake,) = msgs(out, Wake)
     assert wake.at == T0 + timedelta(hours=2)
-
-
-def test_what_a_close_of_our_lease_settled_goes_to_the_books_whoever_closed_it() -> None:
-    from messages.coins import Coin
-    from messages.ledger import SettlementsRecorded
-
-    core = SchedulerDecisions(settings(), PROVIDER)
-    core.handle(LeaseEventReceived(LeaseEvent("acknowledged", "l1", "t1", PROVIDER)), T0)
-    closed = LeaseEvent("closed", "l1", "t1", PROVIDER, "tenant left", 9, "TXA", (Coin("umfx", 42),))
-    (recorded,) = [m.message for m in msgs(core.handle(LeaseEventReceived(closed), T0), SettlementsRecorded)]
-    (s,) = recorded.settlements
-    assert (s.tx_hash, s.lease_uuid, s.amounts, s.kind, s.tenant) == ("TXA", "l1", (Coin("umfx", 42),), "close", "t1")
-    # another provider's close is not ours to book
-    theirs = LeaseEvent("closed", "x1", "t1", OTHER, "", 9, "TXB", (Coin("umfx", 5),))
-    assert not msgs(core.handle(LeaseEventReceived(theirs), T0), SettlementsRecorded)
 
 
 def test_a_chain_unreachable_at_start_is_retried_with_backoff_not_at_the_next_interval() -> None:

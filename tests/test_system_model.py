@@ -169,10 +169,10 @@ def test_batch_with_an_already_closed_lease_still_closes_the_rest(clock) -> None
     w.model.create_lease(addr("t1"), OTHER, [item(100)])
     original = ModelChainClient.close_leases
 
-    def close_after_tenant_closed_one(self, lease_uuids, reason):  # type: ignore[no-untyped-def]
+    def close_after_tenant_closed_one(self, lease_uuids, reason, signed=None):  # type: ignore[no-untyped-def]
         if w.model.lease(a.uuid).state == "ACTIVE":
             w.model.close_leases(addr("t1"), [a.uuid], "tenant left")  # the tenant beats us to it
-        return original(self, lease_uuids, reason)
+        return original(self, lease_uuids, reason, signed)
 
     w.client.close_leases = close_after_tenant_closed_one.__get__(w.client)  # type: ignore[method-assign]
     w.sidecar.withdraw_once()

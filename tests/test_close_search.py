@@ -1,0 +1,101 @@
+"""Closes found after the fact: a lease read as ended has the tx that ended it found, and what it settled booked."""
+
+from __future__ import annotations
+
+import msgspec
+from datetime import timedelta
+
+from actors.close_search import CLOSE_SOUGHT, NOT_FOUND_RETRIES, CloseSearches
+from actors.effects import Send
+from actors.lease_reads import retry_delay
+from actors.schedule import SchedulerDecisions
+from chain.errors import NO_TX_INDEX, TX_INDEX
+from messages.chain import ChainFailure, CloseOutcome, Lease
+from messages.chain_actor import CloseSearchAnswered, CloseSearchCall
+from messages.coins import Coin
+from messages.lease_events import LeaseEvent
+from messages.ledger import LeaseIssue, LeaseIssueResolved, LeaseSettled, SettlementsRecorded
+from messages.scheduler import ClosuresFlushed, LeaseEventReceived, LeaseRead
+from runtime.clock import utc
+from runtime.router import LEDGER
+from tests.support import PROVIDER, item, settings
+
+T0 = utc(2026, 3, 1)
+CLOSED_AT = T0 - timedelta(hours=2)
+ENDED = Lease("l1", "t1", PROVIDER, (item(3),), state="CLOSED", acknowledged_at=T0 - timedelta(days=1),
+              closed_at=CLOSED_AT, closure_reason="tenant left")
+
+
+def sent(out, kind):
+    return [e for e in out if isinstance(e, Send) and isinstance(e.message, kind)]
+
+
+def answer(call: CloseSearchCall, outcome=None, error=None) -> CloseSearchAnswered:
+    return CloseSearchAnswered(call.lease_uuid, call.tenant, call.closed_at, call.attempt, outcome, error)
+
+
+def test_a_lease_read_as_closed_has_its_closing_tx_found_and_booked_with_the_hint_an_event_gave() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(LeaseEventReceived(LeaseEvent("closed", "l1", "t1", PROVIDER, tx_hash="AB" * 32)), T0)
+    read = core.handle(LeaseRead("l1", ENDED), T0)
+    (call,) = sent(read, CloseSearchCall)
+    assert call.message == CloseSearchCall("l1", "t1", CLOSED_AT, "AB" * 32)
+    # Written ahead: the search is in the books before the read that ended the lease.
+    to_books = [type(e.message).__name__ for e in read if isinstance(e, Send) and e.to == LEDGER]
+    assert to_books == ["LeaseIssue", "LeaseObserved"]
+    (sought,) = [e.message for e in sent(read, LeaseIssue)]
+    assert (sought.lease_uuid, sought.kind, sought.at, sought.tenant) == ("l1", CLOSE_SOUGHT, CLOSED_AT, "t1")
+    settled = (LeaseSettled(CLOSED_AT, "AB" * 32, "l1", (Coin("umfx", 42),), kind="close", tenant="t1"),)
+    out = core.handle(answer(call.message, CloseOutcome(1, ("AB" * 32,), settled)), T0)
+    assert [e.message for e in sent(out, SettlementsRecorded)] == [SettlementsRecorded(settled)]
+    assert {e.message.kind for e in sent(out, LeaseIssueResolved)} == {"close_not_found", "no_tx_index", CLOSE_SOUGHT}
+    books = [e.message for e in out if isinstance(e, Send) and e.to == LEDGER]
+    assert isinstance(books[0], SettlementsRecorded)  # booked before the search is marked over
+    assert not sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)  # read again: its close is in the books already
+
+
+def test_nothing_is_sought_for_a_lease_that_never_accrued_or_whose_close_we_booked() -> None:
+    searches = CloseSearches()
+    for state in ("EXPIRED", "REJECTED"):
+        assert searches.ended(msgspec.structs.replace(ENDED, state=state, acknowledged_at=None, closed_at=None), T0) == []
+    assert searches.ended(msgspec.structs.replace(ENDED, state="ACTIVE", closed_at=None), T0) == []
+    searches.booked_by_us(["l1"])
+    assert searches.ended(ENDED, T0) == []
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(ClosuresFlushed(cycle=1, closed=("l1",), already_closed=("l2",)), T0)  # l2: someone else's close
+    assert not sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
+    assert sent(core.handle(LeaseRead("l2", msgspec.structs.replace(ENDED, uuid="l2")), T0), CloseSearchCall)
+
+
+def test_a_close_not_found_is_reported_sought_again_a_few_times_and_then_left_reported() -> None:
+    searches = CloseSearches()
+    (call,) = sent(searches.ended(ENDED, T0), CloseSearchCall)
+    now = T0
+    for delay in NOT_FOUND_RETRIES:
+        out = searches.answered(answer(call.message), now)
+        (issue,) = [e.message for e in sent(out, LeaseIssue)]
+        assert (issue.kind, issue.at, issue.tenant) == ("close_not_found", CLOSED_AT, "t1")  # in the month it closed
+        (call,) = sent(out, CloseSearchCall)
+        assert call.at == now + delay
+        now = call.at
+        assert not sent(out, LeaseIssueResolved)  # still sought: a restart now searches again
+    out = searches.answered(answer(call.message), now)
+    assert sent(out, LeaseIssue) and not sent(out, CloseSearchCall) and searches.pending == {}
+    assert [e.message.kind for e in sent(out, LeaseIssueResolved)] == [CLOSE_SOUGHT]  # over; close_not_found stays
+
+
+def test_a_node_without_a_tx_index_is_reported_once_and_a_passing_failure_is_sought_again_with_backoff() -> None:
+    searches = CloseSearches()
+    (call,) = sent(searches.ended(ENDED, T0), CloseSearchCall)
+    down = ChainFailure("lease_end_tx", "UNAVAILABLE", transient=True)
+    now = T0
+    for n in (1, 2, 3):
+        out = searches.answered(answer(call.message, error=down), now)
+        (call,) = sent(out, CloseSearchCall)
+        assert call.at == now + retry_delay(n) and not sent(out, LeaseIssueResolved)
+        now = call.at
+    none = ChainFailure("lease_end_tx", "transaction indexing is disabled", codespace=TX_INDEX, code=NO_TX_INDEX)
+    out = searches.answered(answer(call.message, error=none), now)
+    assert [e.message.kind for e in sent(out, LeaseIssue)] == ["no_tx_index"] and not sent(out, CloseSearchCall)
+    assert [e.message.kind for e in sent(out, LeaseIssueResolved)] == [CLOSE_SOUGHT]
+    assert searches.answered(answer(call.message, error=none), now) == []  # over
