@@ -30,15 +30,16 @@ handling thread, so a run on the manual dispatcher is deterministic.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 from typing import Any, Callable, Protocol
 
+import msgspec
+
 from chain.answers import MalformedAnswer, check_answer
 from chain.client import ChainClient
 from chain.errors import ChainError, failure_from
-from messages.chain import ChainFailure
+from messages.chain import ChainFailure, Lease
 from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
@@ -114,6 +115,10 @@ class ChainIO(PooledActor):
         self._idle = threading.Condition()
         #: The delivery that asked for the call running on this thread (what its answers are caused by).
         self._calling = threading.local()
+        #: The provider's ACTIVE leases by tenant, as its last listing (``LeasesByProvider``)
+        #: returned them: a tenant's credit read asks for the tenant's own leases only where
+        #: its account counts others (``_credit``). Replaced whole by each listing.
+        self._listed: dict[str, tuple[Lease, ...]] = {}
         self._handlers: dict[type, tuple[Executor, Callable[[Any], tuple[str, Any]]]] = {
             CreditCall: (reads, self._credit),
             ActiveLeasesCall: (reads, self._active_leases),
@@ -203,11 +208,24 @@ class ChainIO(PooledActor):
         A read missing either part is failed: judging the credit on the
         account alone would miss every lease's unsettled accrual and
         reservation, and a partial read must never clear a grace window.
+
+        The leases cost a second call (``LeasesByTenant``) only where they
+        must: when the account counts as many ACTIVE leases as the
+        provider's last listing holds for the tenant, they are all ours and
+        the listing's are sent (``leases_listed``; the tenant's monitor asks
+        again with ``full`` where it cannot act on them). At 10,000 tenants
+        that is 10,000 calls a check, not 20,000.
         """
         to = tenant_address(m.tenant)
         account, error = _attempt("credit_account", lambda: self.client.credit_account(m.tenant))
         if error is not None:
             return to, CreditReadFailed(m.cycle, error)
+        listed = None if m.full else self._listed.get(m.tenant)
+        if listed is not None and account.active_lease_count == len(listed):
+            # The listing carries no height: the account's stands for the read. Its
+            # leases decide credit to spare only, which closes nothing; anything else
+            # is read again in full, at both parts' heights.
+            return to, CreditRead(m.cycle, account, leases=listed, leases_listed=True, height=account.height)
         listing, error = _attempt("leases_by_tenant", lambda: self.client.leases_by_tenant(m.tenant))
         if error is not None:
             return to, CreditReadFailed(m.cycle, error)
@@ -217,6 +235,12 @@ class ChainIO(PooledActor):
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
+        if error is None:
+            by_tenant: dict[str, list[Lease]] = {}
+            for lease in leases:
+                if lease.state == "ACTIVE":
+                    by_tenant.setdefault(lease.tenant, []).append(lease)
+            self._listed = {t: tuple(ls) for t, ls in by_tenant.items()}
         return m.reply_to, ActiveLeasesRead(m.cycle, leases or (), error)
 
     def _lease(self, m: LeaseCall) -> tuple[str, Any]:
@@ -271,7 +295,7 @@ class ChainIO(PooledActor):
         hashes = self._calling.signed
         if signs and not hashes:
             return None, error
-        return None, dataclasses.replace(
+        return None, msgspec.structs.replace(
             error, may_have_committed=True, tx_hash=hashes[-1] if hashes else "", transient=True
         )
 

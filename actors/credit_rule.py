@@ -36,9 +36,8 @@ Everything here is a function of the read and ``now``; nothing reads a clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
 from messages.chain import CreditAccount, Lease
 from messages.coins import coins_to_dict
@@ -56,20 +55,59 @@ _US = 1_000_000
 _HORIZON_US = int(DEPLETION_HORIZON.total_seconds()) * _US
 
 
-@dataclass(frozen=True)
 class LeaseCredit:
-    """One lease of ours, judged on one read."""
+    """One lease of ours, judged on one read.
 
-    lease_uuid: str
-    #: Denoms it is charged in whose credit is gone now (empty: it is paid for).
-    gone: tuple[str, ...]
-    #: When the first of its denoms will be gone; None for a lease that costs nothing.
-    runway_at: datetime | None
-    #: Whether ``runway_at`` was clamped to the horizon.
-    clamped: bool
-    #: The numbers that decided, per gone denom (or the soonest one), for the notes.
-    detail: str
-    rule: str
+    A slots class built once per lease per read (every read of every
+    tenant); ``detail``, the text of the numbers that decided, is only made
+    when asked for (a note shows it for a gone lease, or for the soonest
+    runway when the estimate moved).
+    """
+
+    __slots__ = ("lease_uuid", "gone", "runway_at", "clamped", "rule", "_detail")
+
+    def __init__(
+        self, lease_uuid: str, gone: tuple[str, ...], runway_at: datetime | None, clamped: bool, detail: Any, rule: str
+    ) -> None:
+        self.lease_uuid = lease_uuid
+        #: Denoms it is charged in whose credit is gone now (empty: it is paid for).
+        self.gone = gone
+        #: When the first of its denoms will be gone; None for a lease that costs nothing.
+        self.runway_at = runway_at
+        #: Whether ``runway_at`` was clamped to the horizon.
+        self.clamped = clamped
+        self.rule = rule
+        self._detail = detail  # a str, or the numbers _numbers() writes out
+
+    @property
+    def detail(self) -> str:
+        """The numbers that decided, per gone denom (or the soonest one), for the notes."""
+        d = self._detail
+        if type(d) is not str:
+            d = self._detail = "; ".join(_numbers(*n) for n in d)
+        return d  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaseCredit):
+            return NotImplemented
+        return (self.lease_uuid, self.gone, self.runway_at, self.clamped, self.detail, self.rule) == (
+            other.lease_uuid, other.gone, other.runway_at, other.clamped, other.detail, other.rule)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"LeaseCredit({self.lease_uuid!r}, gone={self.gone!r}, runway_at={self.runway_at!r}, "
+                f"clamped={self.clamped!r}, detail={self.detail!r}, rule={self.rule!r})")
+
+
+def _numbers(isolated: bool, denom: str, accrued: int, usable: int, balance: int, reserved: int, tranche: int,
+             taken: int, op: str) -> str:
+    if isolated:
+        return (
+            f"{denom}: accrued {accrued} {op} spendable {usable} (balance {balance} - (reserved "
+            f"{reserved} - own tranche {tranche}) - other leases' unreserved accrual {taken})"
+        )
+    return f"{denom}: accrued {accrued} {op} balance {balance} - other leases' unsettled accrual {taken}"
 
 
 def _seconds(now: datetime, since: datetime | None) -> int:
@@ -85,68 +123,84 @@ def _own(lease: Lease, account_unattributed: dict[str, int]) -> dict[str, int]:
     return coins_to_dict(lease.reservation or ())
 
 
+_MICROSECOND = timedelta(microseconds=1)
+_NO_COINS: dict[str, int] = {}
+
+
 def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime) -> list[LeaseCredit]:
-    """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``."""
+    """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``.
+
+    (Run for every read of every tenant: the common case, one denom and few
+    leases, goes without sorting, and the notes' text is made only if asked.)
+    """
     balances = coins_to_dict(account.balances)
-    reserved = coins_to_dict(account.reserved_amounts)
-    unattributed = coins_to_dict(account.unattributed_reserved_amounts)
-    isolated = any(lease.reservation is not None for lease in tenant_leases)
-    rule = RESERVATION_RULE if isolated else BALANCE_RULE
-    rates = {lease.uuid: lease.rate_per_second() for lease in tenant_leases}
-    own = {lease.uuid: _own(lease, unattributed) for lease in tenant_leases} if isolated else {}
-    elapsed_us = {
-        lease.uuid: max(0, (now - lease.last_settled_at) // timedelta(microseconds=1)) if lease.last_settled_at else 0
-        for lease in tenant_leases
-    }
-    out = []
+    reserved = coins_to_dict(account.reserved_amounts) if account.reserved_amounts else _NO_COINS
+    isolated = False
     for lease in tenant_leases:
+        if lease.reservation is not None:
+            isolated = True
+            break
+    rule = RESERVATION_RULE if isolated else BALANCE_RULE
+    # Per lease: (lease, its rate per denom, microseconds since its last settlement, its own tranche per denom).
+    unattributed = coins_to_dict(account.unattributed_reserved_amounts) if isolated else _NO_COINS
+    table = []
+    for lease in tenant_leases:
+        settled = lease.last_settled_at
+        table.append((
+            lease,
+            lease.rate_per_second(),
+            max(0, (now - settled) // _MICROSECOND) if settled else 0,
+            _own(lease, unattributed) if isolated else _NO_COINS,
+        ))
+    out = []
+    for lease, rates, elapsed, own in table:
         if lease.uuid not in ours:
             continue
         gone: list[str] = []
-        details: list[str] = []
-        soonest: tuple[int, str, str] | None = None  # (us from now, denom, detail)
-        for denom, rate in sorted(rates[lease.uuid].items()):
+        details: list[tuple[Any, ...]] = []
+        soonest: tuple[int, str, tuple[Any, ...]] | None = None  # (us from now, denom, numbers)
+        for denom, rate in (sorted(rates.items()) if len(rates) > 1 else rates.items()):
             if rate <= 0:
                 continue
             balance = balances.get(denom, 0)
             if isolated:
-                tranche = own[lease.uuid].get(denom, 0)
+                tranche = own.get(denom, 0)
                 spendable = balance - (reserved.get(denom, 0) - tranche)
             else:
                 tranche = 0
                 spendable = balance
             # Every other lease charged in this denom: (rate, elapsed us, tranche it pays from first).
-            others = [
-                (rates[j.uuid][denom], elapsed_us[j.uuid], own[j.uuid].get(denom, 0) if isolated else 0)
-                for j in tenant_leases
-                if j.uuid != lease.uuid and rates[j.uuid].get(denom, 0) > 0
-            ]
-            accrued = rate * (elapsed_us[lease.uuid] // _US)
-            taken = sum(max(0, r * (e // _US) - a) for r, e, a in others)
+            others = []
+            taken = 0
+            for j, j_rates, j_elapsed, j_own in table:
+                if j.uuid == lease.uuid:  # (a lease listed twice is still itself)
+                    continue
+                r = j_rates.get(denom, 0)
+                if r > 0:
+                    a = j_own.get(denom, 0)
+                    others.append((r, j_elapsed, a))
+                    over = r * (j_elapsed // _US) - a
+                    if over > 0:
+                        taken += over
+            accrued = rate * (elapsed // _US)
             usable = spendable - taken
-            if isolated:
-                numbers = (
-                    f"{denom}: accrued {accrued} >= spendable {usable} (balance {balance} - (reserved "
-                    f"{reserved.get(denom, 0)} - own tranche {tranche}) - other leases' unreserved accrual {taken})"
-                )
-            else:
-                numbers = f"{denom}: accrued {accrued} >= balance {balance} - other leases' unsettled accrual {taken}"
+            numbers = (isolated, denom, accrued, usable, balance, reserved.get(denom, 0), tranche, taken)
             if accrued >= usable:
                 gone.append(denom)
-                details.append(numbers)
+                details.append(numbers + (">=",))
                 continue
-            wait = _runway_us(rate, elapsed_us[lease.uuid], others, spendable)
+            wait = _runway_us(rate, elapsed, others, spendable)
             if soonest is None or wait < soonest[0]:
-                soonest = (wait, denom, numbers.replace(">=", "<", 1))
+                soonest = (wait, denom, numbers + ("<",))
         if gone:
-            out.append(LeaseCredit(lease.uuid, tuple(gone), now, False, "; ".join(details), rule))
+            out.append(LeaseCredit(lease.uuid, tuple(gone), now, False, details, rule))
         elif soonest is None:
             out.append(LeaseCredit(lease.uuid, (), None, False, "costs nothing", rule))
         else:
-            wait, _, numbers = soonest
+            wait = soonest[0]
             clamped = wait >= _HORIZON_US
             at = now + timedelta(microseconds=min(wait, _HORIZON_US))
-            out.append(LeaseCredit(lease.uuid, (), at, clamped, numbers, rule))
+            out.append(LeaseCredit(lease.uuid, (), at, clamped, (soonest[2],), rule))
     return out
 
 
@@ -158,6 +212,16 @@ def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spen
     the breakpoints where another lease's accrual passes its tranche; then
     moved on to the whole second where the whole-second sum gets there.
     """
+
+    # Beyond the horizon even on the continuous line (which is never below the
+    # whole-second sum): the answer is the horizon, found without solving.
+    beyond = rate * (elapsed + _HORIZON_US) - spendable * _US
+    for r, e, a in others:
+        over = r * (e + _HORIZON_US) - a * _US
+        if over > 0:
+            beyond += over
+    if beyond < 0:
+        return _HORIZON_US
 
     def total(after: int) -> int:
         s = rate * ((elapsed + after) // _US)

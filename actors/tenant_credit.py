@@ -50,6 +50,7 @@ from actors.credit_rule import LeaseCredit, judge
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from messages.chain import ChainFailure, CreditEstimate, Lease
+from messages.chain_actor import CreditCall
 from messages.coins import Coin, coins, coins_to_dict, format_coins
 from messages.credit import (
     CloseFailed,
@@ -65,7 +66,7 @@ from messages.credit import (
 )
 from messages.ledger import TenantForgotten, TenantStateChanged
 from messages.scheduler import TenantChecked
-from runtime.router import CHAIN, LEDGER, SCHEDULER
+from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 
 __all__ = ["TenantCredit"]
 
@@ -340,6 +341,13 @@ class TenantCredit:
 
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
+        verdicts = judge(message.account, message.leases, self.leases, now)
+        if message.leases_listed and (self.zero_since is not None or self.closing or any(v.gone for v in verdicts)):
+            # Leases from the provider's listing, read before the account: good for
+            # credit to spare, not for opening, keeping, clearing or acting on a grace
+            # window. Nothing changes on it; the tenant is read again in full.
+            out.append(Send(CHAIN_IO, CreditCall(message.cycle, self.tenant, full=True)))
+            return
         self.consecutive_errs = 0
         balances = _nonzero(message.account.balances)
         # The read's leases are the freshest details of ours (price, cursor, tranche).
@@ -347,7 +355,6 @@ class TenantCredit:
             if lease.uuid in self.leases and self.leases[lease.uuid] != lease:
                 self.leases[lease.uuid] = lease
                 self._leases_changed()
-        verdicts = judge(message.account, message.leases, self.leases, now)
         gone = [v for v in verdicts if v.gone]
         self.last_balances, self.last_sample_at = balances, now
         closing: tuple[str, ...] = ()

@@ -60,6 +60,7 @@ from typing import Any  # noqa: E402
 
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
+from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from runtime.clock import ManualClock, RealClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.memory import tune_gc  # noqa: E402
@@ -118,7 +119,7 @@ def model_trial(capture_dir: str | None) -> Trial:
     model = running.model
     assert model is not None
     for i in range(TENANTS):
-        tenant = f"manifest1tenant{i:05d}"
+        tenant = demo_address(f"bench/tenant{i:05d}")
         model.fund_credit(tenant, [Coin("umfx", 10**12 + i)])
         for price in (1 + i % 7, 3):
             model.create_lease(tenant, config.provider.uuid, [LeaseItem("sku-1", 1, Coin("umfx", price))])

@@ -35,7 +35,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import dataclasses  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -83,11 +82,11 @@ def struct_mirrors() -> dict[type, type]:
             return mirrors[cls]
         hints = typing.get_type_hints(cls, localns=classes)
         fields: list[tuple[Any, ...]] = []
-        for f in dataclasses.fields(cls):
+        for f in msgspec.structs.fields(cls):
             tp = mirror_type(hints[f.name])
-            if f.default is not dataclasses.MISSING:
+            if f.default is not msgspec.NODEFAULT:
                 fields.append((f.name, tp, f.default))
-            elif f.default_factory is not dataclasses.MISSING:
+            elif f.default_factory is not msgspec.NODEFAULT:
                 fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
             else:
                 fields.append((f.name, tp))
@@ -104,7 +103,7 @@ def struct_mirrors() -> dict[type, type]:
 def to_mirror(value: Any, mirrors: dict[type, type]) -> Any:
     m = mirrors.get(type(value))
     if m is not None:
-        return m(*(to_mirror(getattr(value, f.name), mirrors) for f in dataclasses.fields(value)))
+        return m(*(to_mirror(getattr(value, f.name), mirrors) for f in msgspec.structs.fields(value)))
     if isinstance(value, tuple):
         return tuple(to_mirror(v, mirrors) for v in value)
     return value

@@ -7,7 +7,7 @@ A capture file is::
     frame*        2 bytes  FRAME_MARK
                   4 bytes  body length, big-endian
                   4 bytes  CRC-32 of the mark, the length and the body
-                  body     one msgpack array (``messages.codec`` wire format)
+                  body     one msgpack array
 
 The CRC covers the length, so a damaged length is caught as surely as a
 damaged body. Frames are only ever appended, whole, so a crash can leave at
@@ -26,15 +26,19 @@ Record bodies (the first element says which):
   and (key ``start``) the run's start record again. First record of every
   file, so each file says where it belongs and replays on its own;
 - ``[3, {...}]``: a clean end of a run (records written, time);
-- ``[5, [[index, name, version, [field, ...]], ...]]``: message types, declared
-  before the first record that uses them in this file (``capture.wire``).
+- ``[5, [[index, name, version, [field, ...]], ...]]``: message types. Since
+  format 4, every registered type, second record of every file
+  (``capture.typed``); before, each type before the first record using it.
 
-Messages inside deliveries are written as ``capture.wire`` describes: flat
-arrays whose first element (a bin, since format 3) refers to the file's
-type table, and a ``Lease`` unchanged since it was last written in the file
-as a back-reference to that definition. A message that is not a registered
-type is written as its Python type name (``OpaqueDelivery``), so replay
-knows an input is missing rather than silently skipping it.
+Since format 4 a message inside a delivery is the array msgspec writes (its
+tag, then its fields: ``messages.codec``), and a reader decodes a whole
+frame into its records typed, in one call (``capture.typed``). Formats 1
+to 3 wrote flat arrays referring to the file's type table by index, and a
+``Lease`` unchanged since it was last written in the file as a
+back-reference (``capture.wire``, which still reads them). A message that
+is not a registered type is written as its Python type name
+(``OpaqueDelivery``), so replay knows an input is missing rather than
+silently skipping it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ __all__ = [
     "KIND_RUN_END",
     "KIND_TYPES",
     "KIND_OPAQUE_NESTED",
+    "TYPED_SINCE",
 ]
 
 FILE_MAGIC = b"LWCAP\r\n\x1a"
@@ -81,8 +86,12 @@ FILE_MAGIC = b"LWCAP\r\n\x1a"
 #: (``capture.wire``: a quarter of the encoding cost). This build reads all
 #: three; versions below ``OLDEST_FORMAT_VERSION`` are refused as older
 #: than this build reads.
-FORMAT_VERSION = 3
+#: Version 4 writes messages as msgspec does, read typed (``capture.typed``),
+#: and interns nothing. This build writes 4 and reads 1 to 4.
+FORMAT_VERSION = 4
 OLDEST_FORMAT_VERSION = 1
+#: The first format read by ``capture.typed`` (earlier ones by ``capture.wire``).
+TYPED_SINCE = 4
 FILE_HEADER = struct.Struct(">8sH")
 FRAME_MARK = b"\xc1\xa7"  # 0xc1 is never used by msgpack, so a body rarely holds the mark
 FRAME_HEADER = struct.Struct(">2sII")

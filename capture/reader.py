@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import mmap
 import os
+
+import msgspec
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,6 +48,7 @@ from capture.format import (
     FORMAT_VERSION,
     FRAME_HEADER,
     OLDEST_FORMAT_VERSION,
+    TYPED_SINCE,
     FRAME_MARK,
     KIND_DELIVERIES,
     KIND_FILE_PART,
@@ -60,6 +63,7 @@ from capture.format import (
     RunStart,
     frame_crc,
 )
+from capture.typed import TypedDecoder
 from capture.wire import CaptureDecoder, NestedLayout, OpaqueMessage, first_undecodable
 from messages.codec import CodecError, NewerSchemaVersion, UnknownMessageType
 
@@ -189,21 +193,34 @@ def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> Ca
 
 
 class _Decoding:
-    """Turns a frame body into records, mapping every decode failure to a capture error."""
+    """Turns a frame body into records, mapping every decode failure to a capture error.
+
+    Format 4 bodies go to ``capture.typed`` (msgspec, typed); formats 1 to 3
+    to ``capture.wire``'s decoder (msgpack, built by name): one decoder per
+    format family, so the captures older builds wrote still replay.
+    """
 
     def __init__(self) -> None:
         self.decoder = CaptureDecoder()
+        self.typed = TypedDecoder()
+        self.format = FORMAT_VERSION
         #: The last frame's records are all good (no ``CaptureError`` among them).
         self.clean = True
 
     def new_file(self, format: int) -> None:
-        self.decoder.reset(format)
+        self.format = format
+        if format >= TYPED_SINCE:
+            self.typed.reset()
+        else:
+            self.decoder.reset(format)
 
     def frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         """The records of one frame, in order; a record that cannot be read is its ``CaptureError``.
 
         Raises ``CaptureError`` when the frame as a whole cannot be read.
         """
+        if self.format >= TYPED_SINCE:
+            return self._typed_frame(path, offset, body)
         decoder = self.decoder
         self.clean = True
         try:
@@ -254,24 +271,72 @@ class _Decoding:
             return out
         if decoder.problems:
             raise _codec_error(path, offset, decoder.problems[0])
-        if kind == KIND_TYPES:
-            if len(value) != 2:
-                raise CorruptRecord(path, offset, "types record is not [5, [...]]")
+        return _other_record(path, offset, value, decoder.declare)
+
+    def _typed_frame(self, path: str, offset: int, body: bytes) -> list[Any]:
+        typed = self.typed
+        self.clean = True
+        if len(body) >= 2 and body[0] == 0x92 and body[1] == KIND_DELIVERIES:
             try:
-                decoder.declare(value[1])
+                records = typed.deliveries(body)
             except CodecError as exc:
-                raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
-            return []
-        if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
-            if len(value) != 2 or type(value[1]) is not dict:
-                raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
-            try:
-                return [_header_record(kind, value[1])]
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a clock speed of 400 digits
-                raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
-        raise NewerCaptureFormat(
-            path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
-        )
+                raise _codec_error(path, offset, exc) from None
+            if not typed.clean:
+                self.clean = False
+                records = [
+                    _codec_error(path, offset, r, f"record {i} of the frame: ") if isinstance(r, CodecError) else r
+                    for i, r in enumerate(records)
+                ]
+            return records
+        try:
+            value = _plain_decode(body)
+        except (msgspec.DecodeError, CodecError) as exc:
+            raise CorruptRecord(path, offset, f"malformed record body: {exc}") from None
+        if type(value) is not list or not value or type(value[0]) is not int:
+            raise CorruptRecord(path, offset, "record body is not [kind, ...]")
+        if value[0] == KIND_DELIVERIES:
+            raise CorruptRecord(path, offset, "deliveries record is not [0, [...]]")
+        return _other_record(path, offset, _tuples(value), typed.declare)
+
+
+def _other_record(path: str, offset: int, value: Any, declare: Callable[[Any], None]) -> list[Any]:
+    """A record other than deliveries (``[kind, ...]``): a type table (``declare`` takes it), a header, or refused."""
+    kind = value[0]
+    if kind == KIND_TYPES:
+        if len(value) != 2:
+            raise CorruptRecord(path, offset, "types record is not [5, [...]]")
+        try:
+            declare(value[1])
+        except CodecError as exc:
+            raise CorruptRecord(path, offset, f"bad type table: {exc}") from None
+        return []
+    if kind in (KIND_RUN_START, KIND_FILE_PART, KIND_RUN_END):
+        if len(value) != 2 or type(value[1]) is not dict:
+            raise CorruptRecord(path, offset, f"record of kind {kind} is not [kind, {{...}}]")
+        try:
+            return [_header_record(kind, value[1])]
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: a clock speed of 400 digits
+            raise CorruptRecord(path, offset, f"record of kind {kind} is malformed: {exc!r}") from None
+    raise NewerCaptureFormat(
+        path, offset, f"record kind {kind} is unknown to this build (written by a newer leasewarden?)"
+    )
+
+
+def _tuples(value: Any) -> Any:
+    """``value`` with its lists as tuples, as formats 1 to 3 read them (a configuration's lists are tuples)."""
+    if type(value) is list:
+        return tuple(_tuples(v) for v in value)
+    if type(value) is dict:
+        return {k: _tuples(v) for k, v in value.items()}
+    return value
+
+
+def _plain_ext(code: int, data: memoryview) -> Any:
+    raise CodecError(f"unknown ext type {code} in a header record")
+
+
+#: Format 4's records other than deliveries (run start, file header, run end, type table): plain values.
+_plain_decode = msgspec.msgpack.Decoder(ext_hook=_plain_ext).decode
 
 
 #: Sequence numbers a delivery can have: from 1, below 2**53 (a float's exact

@@ -70,6 +70,8 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+
+import msgspec
 import typing
 from typing import Any, Callable, Mapping
 
@@ -149,7 +151,7 @@ def _same(cls: type, name: str) -> Callable[[Any, Any], bool]:
     an early exit and no tuples built: it runs on every interned object an
     encoder meets, and a changed lease differs in a field near the end.
     """
-    fields = [f for f in cls._message_fields if f != name]  # type: ignore[attr-defined]
+    fields = [f for f in cls.__struct_fields__ if f != name]  # type: ignore[attr-defined]
     test = " and ".join(f"a.{f} == b.{f}" for f in reversed(fields)) or "True"
     env: dict[str, Any] = {}
     exec(f"def same(a, b):\n    return {test}", env)  # noqa: S102 - field names of a dataclass
@@ -179,7 +181,7 @@ def _leading_bytes(cls: type) -> str | None:
         inner = in_sequence or origin in _SEQUENCES
         return any(risky(a, inner) for a in typing.get_args(tp) if a is not Ellipsis)
 
-    for f in cls._message_fields:  # type: ignore[attr-defined]
+    for f in cls.__struct_fields__:  # type: ignore[attr-defined]
         if f not in hints or risky(hints[f], False):
             return f
     return None
@@ -262,7 +264,7 @@ class CaptureEncoder:
                 f"message type {name!r} cannot be captured: its field {risky!r} could hold a list beginning "
                 "with bytes, which a reader would take for a type mark"
             )
-        fields = tuple(cls._message_fields)  # type: ignore[attr-defined]
+        fields = tuple(cls.__struct_fields__)  # type: ignore[attr-defined]
         decl = TypeDecl(index, name, cls.MESSAGE_VERSION, fields)  # type: ignore[attr-defined]
         self.declared.append(decl)
         self._new.append(decl)
@@ -440,7 +442,7 @@ class _TypeRef:
         if decl.version > version:
             self.error = NewerSchemaVersion(decl.name, decl.version, version)
             return
-        own = tuple(cls._message_fields)  # type: ignore[attr-defined]
+        own = tuple(cls.__struct_fields__)  # type: ignore[attr-defined]
         unknown = [f for f in decl.fields if f not in own]
         if unknown:
             self.error = CodecError(f"message type {decl.name!r} has no field(s) {', '.join(unknown)}")
@@ -449,15 +451,10 @@ class _TypeRef:
             self.error = CodecError(f"message type {decl.name!r} declares a field twice")
             return
         self.cls = cls
-        params = getattr(cls, "__dataclass_params__", None)
-        slots = cls.__dict__.get("__slots__")
-        if params is not None and params.init and slots is not None and set(slots) >= set(own):
-            try:
-                self.build = _cached_builder(cls, decl)
-            except _MissingField as exc:
-                self.error = CodecError(f"message type {decl.name!r}: the capture lacks field {exc.args[0]!r}")
-        else:
-            self.build = self._by_keywords
+        try:
+            self.build = _cached_builder(cls, decl)
+        except _MissingField as exc:
+            self.error = CodecError(f"message type {decl.name!r}: the capture lacks field {exc.args[0]!r}")
 
     def _refuse(self, values: tuple[Any, ...]) -> Any:
         raise self.error or CodecError(f"message type {self.decl.name!r} cannot be built")
@@ -500,46 +497,30 @@ def _cached_builder(cls: type, decl: TypeDecl) -> Callable[[tuple[Any, ...]], An
 
 
 def _slots_builder(cls: type, decl: TypeDecl) -> Callable[[tuple[Any, ...]], Any]:
-    """A function building ``cls`` from values in ``decl``'s field order (see ``_TypeRef``)."""
-    env: dict[str, Any] = {
-        "_new": _object_new, "_cls": cls, "_decl": decl, "_count_error": _count_error, "CodecError": CodecError,
-    }
+    """A function building ``cls`` from values in ``decl``'s field order (see ``_TypeRef``).
+
+    It calls the class with each value by keyword: a field the writer did not
+    have takes its default, and msgspec runs ``__post_init__``.
+    """
+    env: dict[str, Any] = {"_cls": cls, "_decl": decl, "_count_error": _count_error, "CodecError": CodecError}
     n = len(decl.fields)
     names = ["_"] + [f"v{i}" for i in range(n)]  # the type mark, then the values
+    for f in msgspec.structs.fields(cls):
+        if f.name not in decl.fields and f.required:
+            raise _MissingField(f.name)
+    args = ", ".join(f"{f}=v{i}" for i, f in enumerate(decl.fields))
     lines = [
         "def build(values):",
         "    try:",
         f"        {', '.join(names)}, = values",
         "    except ValueError:",
         "        raise _count_error(_decl, values, True) from None",
+        "    try:",
+        f"        return _cls({args})",
+        "    except (TypeError, ValueError) as exc:",
+        "        raise CodecError(f'message type {_decl.name!r}: {exc}') from exc",
     ]
-    lines.append("    o = _new(_cls)")
-    for i, f in enumerate(decl.fields):
-        env[f"s{i}"] = cls.__dict__[f].__set__
-        lines.append(f"    s{i}(o, v{i})")
-    for j, f in enumerate(dataclasses.fields(cls)):
-        if f.name in decl.fields:
-            continue
-        env[f"t{j}"] = cls.__dict__[f.name].__set__
-        if f.default is not dataclasses.MISSING:
-            env[f"d{j}"] = f.default
-            lines.append(f"    t{j}(o, d{j})")
-        elif f.default_factory is not dataclasses.MISSING:
-            env[f"d{j}"] = f.default_factory
-            lines.append(f"    t{j}(o, d{j}())")
-        else:
-            raise _MissingField(f.name)
-    post = getattr(cls, "__post_init__", None)
-    if post is not None:
-        env["_post"] = post
-        lines += [
-            "    try:",
-            "        _post(o)",
-            "    except (TypeError, ValueError) as exc:",
-            "        raise CodecError(f'message type {_decl.name!r}: {exc}') from exc",
-        ]
-    lines.append("    return o")
-    exec("\n".join(lines), env)  # noqa: S102 - generated from a dataclass's own field names
+    exec("\n".join(lines), env)  # noqa: S102 - generated from a message type's own field names
     return env["build"]
 
 
@@ -551,6 +532,24 @@ class _Define:
     def __init__(self, ref: _TypeRef, key: bytes) -> None:
         self.ref = ref
         self.key = key
+
+
+def type_entry(entry: Any) -> tuple[int, str, int, tuple[str, ...]]:
+    """A ``TYPES`` record's entry ``[index, name, version, [field, ...]]``, checked; raises ``CodecError``."""
+    try:
+        index, name, version, fields = entry
+    except (TypeError, ValueError):
+        raise CodecError("type table entry is not [index, name, version, fields]") from None
+    if (
+        type(index) is not int
+        or not 0 <= index < MAX_TYPES
+        or type(name) is not str
+        or type(version) is not int
+        or not isinstance(fields, (tuple, list))
+        or not all(type(f) is str for f in fields)
+    ):
+        raise CodecError(f"malformed type table entry {entry!r:.80}")
+    return index, name, version, tuple(fields)
 
 
 class CaptureDecoder:
@@ -652,19 +651,7 @@ class CaptureDecoder:
         if not isinstance(entries, tuple):
             raise CodecError("type table is not a list")
         for entry in entries:
-            try:
-                index, name, version, fields = entry
-            except (TypeError, ValueError):
-                raise CodecError("type table entry is not [index, name, version, fields]") from None
-            if (
-                type(index) is not int
-                or not 0 <= index < MAX_TYPES
-                or type(name) is not str
-                or type(version) is not int
-                or not isinstance(fields, tuple)
-                or not all(type(f) is str for f in fields)
-            ):
-                raise CodecError(f"malformed type table entry {entry!r:.80}")
+            index, name, version, fields = type_entry(entry)
             key = index.to_bytes(2, "big")
             if key in self._types:
                 raise CodecError(f"type index {index} declared twice in one file")
@@ -770,7 +757,7 @@ def first_undecodable(value: Any, depth: int = 0) -> Undecodable | None:
     elif isinstance(value, dict):
         items = (x for kv in value.items() for x in kv)
     else:
-        fields = getattr(type(value), "_message_fields", None)
+        fields = getattr(type(value), "__struct_fields__", None)
         if fields is None:
             return None
         items = (getattr(value, f) for f in fields)

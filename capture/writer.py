@@ -9,7 +9,7 @@ effective configuration (``Config.effective()``, secrets already left out).
 Cheap for the actors: with ``background = true`` (the default) the tap only
 appends the delivery to a queue; a writer thread gathers deliveries for up
 to ``GATHER_S`` (or until a batch of ``BATCH_RECORDS`` waits), encodes the
-batch in one pass (``capture.wire``), frames it (``capture.format``) and
+batch in one msgspec call (``capture.typed``), frames it (``capture.format``) and
 writes: few wake-ups, one CRC and one buffer append per batch, little
 contention with the actors for the interpreter. The queue is bounded: when
 it is full a delivering thread waits for room rather than losing a record,
@@ -20,9 +20,9 @@ everything and a ``RunEnd`` record.
 Files rotate by size and by age (clock time of the records, so a test on a
 manual clock rotates deterministically) under ``directory``, named
 ``leasewarden-<run start>-<run id>-<part>.lwcap``; each begins with a header
-naming its run and part. Leases are interned per file (``INTERNED_TYPES``,
-``capture.wire``): a frame that would start a new file is encoded again for
-it, so that no file refers to what another file defined. When a file starts,
+naming its run and part, then declares every message type met so far in the
+run (``capture.typed``), so that each file reads on its own; a type met
+later is declared just before the frame that first holds it. When a file starts,
 the oldest capture files are removed until all fit in ``max_total_bytes``
 (``_Sink._prune``), so that a sidecar left alone for months does not fill
 its disk. When records reach the OS is the flush policy
@@ -65,7 +65,7 @@ from capture.format import (
     frame,
 )
 from capture.settings import CaptureSettings
-from capture.wire import CaptureEncoder, opaque
+from capture.typed import OpaqueRecord, TypedEncoder, contained_types
 from messages.codec import CodecError
 from runtime.config import format_duration
 from runtime.dispatch import Delivery
@@ -95,13 +95,6 @@ BATCH_RECORDS = 1024
 #: fewer than a batch are waiting). The ``interval`` flush policy bounds it
 #: to half its interval, so that records still reach the OS in time.
 GATHER_S = 0.1
-
-#: Message types written once per file (per version) and referred to after
-#: (``capture.wire``), with the field that names their objects: the
-#: provider's whole active-lease list is read every cycle, and between two
-#: withdrawals its leases do not change. (A ``LeaseItem`` has no name of its
-#: own; a lease that changed is written with its items.)
-INTERNED_TYPES = {"lease": "uuid"}
 
 #: The names the writer gives its files: the only files the size budget
 #: (``max_total_bytes``) ever removes; anything else in the directory stays.
@@ -355,7 +348,7 @@ class _Sink:
 
 
 def _encode_header(record: Any) -> bytes:
-    return CaptureEncoder().encode(record.to_body())
+    return TypedEncoder().encode(record.to_body())
 
 
 class _FlushMark:
@@ -387,7 +380,12 @@ class CaptureWriter:
         self._config = config
         self._extra = dict(extra or {})
         self._monotonic = monotonic
-        self._encoder = CaptureEncoder(INTERNED_TYPES)
+        self._encoder = TypedEncoder()
+        #: Message types declared in the run so far (each new file declares them all), in order,
+        #: with each one's index; and those met since the last declaration.
+        self._met: list[type] = []
+        self._met_index: dict[type, int] = {}
+        self._pending: list[type] = []
         self._sink: _Sink | None = None
         self._lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
@@ -516,46 +514,68 @@ class CaptureWriter:
 
     # -- writing -----------------------------------------------------------------------
     def _declarations(self) -> bytes | None:
-        declared = self._encoder.declared
-        if not declared:
-            return None
-        self._encoder.take_new()  # a new file declares them all
-        return self._types_frame(declared)
+        """The framed ``TYPES`` record a new file begins with: every type met so far in the run."""
+        self._pending = []
+        return self._types_frame(self._met) if self._met else None
 
-    def _types_frame(self, declared: list[Any]) -> bytes:
-        """A framed ``TYPES`` record declaring ``declared``."""
-        return frame(self._encoder.encode((KIND_TYPES, [t.to_wire() for t in declared])))
+    def _types_frame(self, types: list[type]) -> bytes:
+        index = self._met_index
+        return frame(self._encoder.encode((KIND_TYPES, [
+            [index[t], t.MESSAGE_NAME, t.MESSAGE_VERSION, list(t.__struct_fields__)] for t in types  # type: ignore[attr-defined]
+        ])))
+
+    def _meet(self, batch: list[Delivery]) -> list[tuple[Any, ...]]:
+        """``batch``'s rows, a type met for the first time declared (with the types nested in it),
+        a message of no registered type made opaque."""
+        rows: list[tuple[Any, ...]] = []
+        met, known = self._met_index, self._encoder.known
+        for d in batch:
+            t = type(d[5])
+            if t not in met:
+                if t not in known:
+                    row = self._capturable(d)
+                    if row is not None:
+                        rows.append(row)
+                    continue
+                for nested in contained_types(t):
+                    if nested not in met:
+                        met[nested] = len(self._met)
+                        self._met.append(nested)
+                        self._pending.append(nested)
+            rows.append(d)
+        return rows
 
     def _write(self, batch: list[Delivery]) -> None:
-        """One frame of deliveries (and the declaration of types they use first)."""
+        """One frame of deliveries (and the declaration of the types they use first)."""
         if self.failed is not None:
             self.dropped += len(batch)
             return
         enc = self._encoder
         sink = self._sink
+        met = self._met_index
         rows: list[tuple[Any, ...]] = batch  # a Delivery is its own row: (seq, at, sender, recipient, cause, message)
+        for d in batch:
+            if type(d[5]) not in met:
+                rows = self._meet(batch)
+                break
+        if not rows:
+            return
         try:
             body = enc.encode((KIND_DELIVERIES, rows))
         except CodecError:
-            rows = [r for r in (self._capturable(d) for d in batch) if r is not None]
+            rows = [r for r in (self._capturable(d, checked=True) for d in rows) if r is not None]
             if not rows:
                 return
             body = enc.encode((KIND_DELIVERIES, rows))
-        new = enc.take_new()
-        types = self._types_frame(new) if new else None
+        types = self._types_frame(self._pending) if self._pending else None
+        self._pending = []
         if sink.rotation_due(len(body) + FRAME_HEADER.size + (len(types) if types else 0), rows[0][1]):  # type: ignore[union-attr]
-            # The body refers to objects written in the old file: the new
-            # file starts its own table, and the body is encoded again for it.
-            # (The new file declares every type known: no types frame.)
             try:
-                sink.rotate(rows[0][1])  # type: ignore[union-attr]
+                sink.rotate(rows[0][1])  # type: ignore[union-attr]  (the new file declares every type met)
             except OSError as exc:
                 self._fail(exc)
                 self.dropped += len(rows)
                 return
-            enc.new_file()
-            body = enc.encode((KIND_DELIVERIES, rows))
-            enc.take_new()
             types = None
         try:
             self._sink.add(frame(body), rows[0][1], records=len(rows), types=types)  # type: ignore[union-attr]
@@ -564,28 +584,29 @@ class CaptureWriter:
             self._fail(exc)
             self.dropped += len(rows)
 
-    def _capturable(self, d: Delivery) -> tuple[Any, ...] | None:
-        """The row for ``d``; an unregistered message becomes its type name (an opaque delivery)."""
+    def _capturable(self, d: tuple[Any, ...], checked: bool = False) -> tuple[Any, ...] | None:
+        """The row for ``d``; a message of no registered type becomes its type name (an opaque delivery).
+
+        ``checked``: the batch failed to encode, so even a registered message is tried alone.
+        """
         enc = self._encoder
-        row: tuple[Any, ...] = d
-        try:
-            enc.check(row)
-            return row
-        except CodecError:
-            pass
-        name = f"{type(d.message).__module__}.{type(d.message).__qualname__}"
+        message = d[5]
+        if type(message) in enc.known and not checked:
+            return d
+        if type(message) in enc.known or type(message) is OpaqueRecord:
+            try:
+                enc.encode(d)
+                return d
+            except CodecError:
+                pass
+        if type(message) is OpaqueRecord:
+            return d
+        name = f"{type(message).__module__}.{type(message).__qualname__}"
         if name not in self._unencodable_types:
             self._unencodable_types.add(name)
             logger.warning("capture: %s is not a registered message; captured as opaque (replay cannot feed it)", name)
-        row = (d.seq, d.at, d.sender, d.recipient, d.cause, opaque(name))
-        try:
-            enc.check(row)
-        except CodecError as exc:
-            logger.error("capture: cannot capture delivery %d: %s", d.seq, exc)
-            self.dropped += 1
-            return None
         self.unencodable += 1
-        return row
+        return (d[0], d[1], d[2], d[3], d[4], OpaqueRecord(name))
 
     def _fail(self, exc: OSError) -> None:
         where = self._sink.path if self._sink and self._sink.path else self.settings.directory

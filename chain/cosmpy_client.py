@@ -61,7 +61,7 @@ here, at most ``max_tx_retries`` times; everything else goes to the caller.
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 import hashlib
 import logging
 import math
@@ -540,7 +540,7 @@ class CosmpyChainClient:
             r, height = self._query_at(op, self._billing.CreditAccount, request)
             heights.append(height)
             page = self._decoded(op, lambda: credit_account_from_proto(tenant, r))
-            account = page if account is None else dataclasses.replace(
+            account = page if account is None else msgspec.structs.replace(
                 account,
                 balances=add_coins(account.balances, page.balances),
                 available_balances=add_coins(account.available_balances, page.available_balances),
@@ -548,7 +548,7 @@ class CosmpyChainClient:
             key = r.pagination.next_key if r.HasField("pagination") else b""
             if not key:
                 # As old as its oldest page; a page without a height makes it unknown.
-                return dataclasses.replace(account, height=min(heights) if all(heights) else 0)
+                return msgspec.structs.replace(account, height=min(heights) if all(heights) else 0)
 
     def credit_estimate(self, tenant: str) -> CreditEstimate:
         op = f"credit_estimate {tenant}"
@@ -864,7 +864,7 @@ class CosmpyChainClient:
                     raise self._tx_error(operation, included, included_at=included.height)
                 done = self._included(operation, txhash, included)
                 assert done.cost is not None
-                return replace(done, cost=replace(
+                return replace(done, cost=msgspec.structs.replace(
                     done.cost,
                     sequence_retries=resigned[SDK_SEQUENCE_MISMATCH],
                     out_of_gas_retries=resigned[SDK_OUT_OF_GAS],

@@ -20,11 +20,12 @@ searches as a node's ``GetTxsEvent`` is searched; ``tx_index`` set to
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import weakref
 from datetime import datetime
 from typing import Any, Callable, Sequence
+
+import msgspec
 
 from chain.client import Listing
 from chain.faults import Faults
@@ -248,7 +249,7 @@ class ModelChainClient:
     def credit_account(self, tenant: str) -> CreditAccount:
         def read() -> CreditAccount:
             height = self.model.height  # before the read, as for a listing
-            return dataclasses.replace(self.model.credit_account(tenant)[0], height=height)
+            return msgspec.structs.replace(self.model.credit_account(tenant)[0], height=height)
 
         return self._call("credit_account", tenant, read)
 

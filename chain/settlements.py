@@ -23,7 +23,7 @@ import logging
 from datetime import datetime
 from typing import Collection, Iterable, Mapping
 
-import dataclasses
+import msgspec
 
 from messages.coins import Coin, coins, format_coins, parse_coins
 from messages.ledger import LeaseSettled
@@ -120,7 +120,7 @@ def settlements_in_withdraw(
     ]
     if len(closed) == 1:
         i = closed[0]
-        out[i] = dataclasses.replace(out[i], amounts=coins(remainder))
+        out[i] = msgspec.structs.replace(out[i], amounts=coins(remainder))
     else:
         logger.warning(
             "withdraw tx %s moved %s more than its per-lease events say, over %d auto-closed lease(s): "

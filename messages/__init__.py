@@ -1,7 +1,8 @@
 """Typed messages: every value that crosses an actor boundary.
 
-Importing this package registers every message type with the codec, so
-``messages.codec.registry()`` is complete once ``messages`` is imported.
+Every message type is a ``messages.codec.Message`` subclass; importing this
+package imports them all, so ``messages.codec.registry()`` is complete once
+``messages`` is imported.
 """
 
 from messages import chain, chain_actor, coins, credit, health, lease_events, ledger, scheduler, tx_cost  # noqa: F401
@@ -11,7 +12,7 @@ from messages.codec import (  # noqa: F401
     UnknownMessageType,
     decode,
     encode,
-    message,
+    Message,
     registry,
     to_plain,
 )

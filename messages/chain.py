@@ -13,10 +13,9 @@ the ledger's fact) because ``messages.ledger`` imports this module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 from messages.tx_cost import TxCost
 
@@ -37,18 +36,14 @@ __all__ = [
 LEASE_STATES = ("UNSPECIFIED", "PENDING", "ACTIVE", "CLOSED", "REJECTED", "EXPIRED")
 
 
-@message("lease_item")
-@dataclass(frozen=True, slots=True)
-class LeaseItem:
+class LeaseItem(Message, tag="lease_item"):
     sku_uuid: str
     quantity: int
     #: Price per second per unit.
     locked_price: Coin
 
 
-@message("lease")
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(Message, tag="lease"):
     uuid: str
     tenant: str
     provider_uuid: str
@@ -82,9 +77,7 @@ class Lease:
         return rate
 
 
-@message("credit_account")
-@dataclass(frozen=True, slots=True)
-class CreditAccount:
+class CreditAccount(Message, tag="credit_account"):
     """A tenant's credit account and the balances at its credit address (``Query/CreditAccount``)."""
 
     tenant: str
@@ -104,9 +97,7 @@ class CreditAccount:
     height: int = 0
 
 
-@message("credit_estimate")
-@dataclass(frozen=True, slots=True)
-class CreditEstimate:
+class CreditEstimate(Message, tag="credit_estimate"):
     """The chain's gross runway: the balance over the ACTIVE rate (CHAIN-VERSIONS.md 2.7).
 
     It counts neither unsettled accrual nor reservations.
@@ -119,9 +110,7 @@ class CreditEstimate:
     active_lease_count: int = 0
 
 
-@message("lease_settled")
-@dataclass(frozen=True, slots=True)
-class LeaseSettled:
+class LeaseSettled(Message, tag="lease_settled"):
     """What one settlement moved from a lease's tenant to us, per denom.
 
     From a ``provider_withdraw`` event (``kind`` "withdraw"; ``amount``) or a
@@ -138,9 +127,7 @@ class LeaseSettled:
     tenant: str = ""
 
 
-@message("withdraw_page")
-@dataclass(frozen=True, slots=True)
-class WithdrawPage:
+class WithdrawPage(Message, tag="withdraw_page"):
     """One provider-wide ``MsgWithdraw`` as included on chain."""
 
     tx_hash: str
@@ -160,9 +147,7 @@ class WithdrawPage:
     cost: TxCost | None = None
 
 
-@message("close_outcome")
-@dataclass(frozen=True, slots=True)
-class CloseOutcome:
+class CloseOutcome(Message, tag="close_outcome"):
     closed_count: int
     tx_hashes: tuple[str, ...]
     #: What the close settled on each lease (its ``lease_closed`` events;
@@ -172,17 +157,13 @@ class CloseOutcome:
     cost: TxCost | None = None
 
 
-@message("node_status")
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
+class NodeStatus(Message, tag="node_status"):
     latest_block_height: int
     latest_block_time: datetime
     catching_up: bool
 
 
-@message("chain_failure")
-@dataclass(frozen=True, slots=True)
-class ChainFailure:
+class ChainFailure(Message, tag="chain_failure"):
     """A chain call that did not succeed, as data (see ``chain.errors``)."""
 
     operation: str

@@ -9,11 +9,10 @@ makes a run replayable without a chain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from messages.chain import ChainFailure, CloseOutcome, NodeStatus, WithdrawPage
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 from messages.ledger import CloseLookupOpened, WithdrawLookupOpened
 
@@ -49,9 +48,7 @@ __all__ = [
 
 
 # -- requests to the ChainActor ---------------------------------------------------
-@message("withdraw_requested")
-@dataclass(frozen=True, slots=True)
-class WithdrawRequested:
+class WithdrawRequested(Message, tag="withdraw_requested"):
     cycle: int
     #: Leases near the end of their credit, to be withdrawn each in a tx of
     #: its own where leases go by name: what a v2.1.0 auto-close in a named
@@ -59,34 +56,26 @@ class WithdrawRequested:
     alone: tuple[str, ...] = ()
 
 
-@message("flush_closures")
-@dataclass(frozen=True, slots=True)
-class FlushClosures:
+class FlushClosures(Message, tag="flush_closures"):
     """The check of ``cycle`` is over: send the closures requested during it."""
 
     cycle: int
 
 
-@message("retry_withdraw_page")
-@dataclass(frozen=True, slots=True)
-class RetryWithdrawPage:
+class RetryWithdrawPage(Message, tag="retry_withdraw_page"):
     cycle: int
     page: int
     attempt: int
 
 
 # -- calls to chain-io and their answers --------------------------------------------
-@message("withdrawable_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawableCall:
+class WithdrawableCall(Message, tag="withdrawable_call"):
     """Is anything due? (``ChainClient.provider_withdrawable``), asked before a paid withdraw."""
 
     cycle: int
 
 
-@message("withdrawable_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawableAnswered:
+class WithdrawableAnswered(Message, tag="withdrawable_answered"):
     """``due``: what is due (``()``: nothing at all); None with no error: the node cannot tell."""
 
     cycle: int
@@ -94,9 +83,7 @@ class WithdrawableAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_leases_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawLeasesCall:
+class WithdrawLeasesCall(Message, tag="withdraw_leases_call"):
     """One named ``MsgWithdraw`` of these leases, as page ``page`` of the cycle; answered like a page."""
 
     cycle: int
@@ -105,18 +92,14 @@ class WithdrawLeasesCall:
     lease_uuids: tuple[str, ...]
 
 
-@message("withdraw_page_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawPageCall:
+class WithdrawPageCall(Message, tag="withdraw_page_call"):
     cycle: int
     page: int
     attempt: int
     key: bytes
 
 
-@message("withdraw_tx_signed")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxSigned:
+class WithdrawTxSigned(Message, tag="withdraw_tx_signed"):
     """chain-io, during a ``WithdrawPageCall``: the page's tx is signed, with this hash, and goes out now.
 
     Told before the call answers, so that the books hold the hash while the
@@ -131,9 +114,7 @@ class WithdrawTxSigned:
     tx_hash: str
 
 
-@message("withdraw_page_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawPageAnswered:
+class WithdrawPageAnswered(Message, tag="withdraw_page_answered"):
     cycle: int
     page: int
     attempt: int
@@ -141,9 +122,7 @@ class WithdrawPageAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_tx_call")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxCall:
+class WithdrawTxCall(Message, tag="withdraw_tx_call"):
     """Look up what a withdraw tx of unknown outcome applied (``ChainClient.withdraw_outcome``)."""
 
     cycle: int
@@ -152,9 +131,7 @@ class WithdrawTxCall:
     attempt: int
 
 
-@message("withdraw_tx_answered")
-@dataclass(frozen=True, slots=True)
-class WithdrawTxAnswered:
+class WithdrawTxAnswered(Message, tag="withdraw_tx_answered"):
     """``result``: the page the tx applied; neither it nor ``error``: no node knows the tx (yet)."""
 
     cycle: int
@@ -165,9 +142,7 @@ class WithdrawTxAnswered:
     error: ChainFailure | None = None
 
 
-@message("close_tx_call")
-@dataclass(frozen=True, slots=True)
-class CloseTxCall:
+class CloseTxCall(Message, tag="close_tx_call"):
     """Look up what a close tx of unknown outcome applied (``ChainClient.close_outcome``)."""
 
     tx_hash: str
@@ -175,9 +150,7 @@ class CloseTxCall:
     attempt: int
 
 
-@message("close_tx_answered")
-@dataclass(frozen=True, slots=True)
-class CloseTxAnswered:
+class CloseTxAnswered(Message, tag="close_tx_answered"):
     """``result``: what the tx closed; neither it nor ``error``: no node knows the tx (yet)."""
 
     tx_hash: str
@@ -187,9 +160,7 @@ class CloseTxAnswered:
     error: ChainFailure | None = None
 
 
-@message("close_tx_signed")
-@dataclass(frozen=True, slots=True)
-class CloseTxSigned:
+class CloseTxSigned(Message, tag="close_tx_signed"):
     """chain-io, during a ``CloseBatchCall``: the batch's tx is signed, with this hash, and goes out now.
 
     As ``WithdrawTxSigned``: the books hold the hash while the client waits
@@ -202,17 +173,13 @@ class CloseTxSigned:
     tx_hash: str
 
 
-@message("close_lookups_restored")
-@dataclass(frozen=True, slots=True)
-class CloseLookupsRestored:
+class CloseLookupsRestored(Message, tag="close_lookups_restored"):
     """At start: the close txs a previous run left unsettled (from the ledger)."""
 
     lookups: tuple[CloseLookupOpened, ...]
 
 
-@message("close_search_call")
-@dataclass(frozen=True, slots=True)
-class CloseSearchCall:
+class CloseSearchCall(Message, tag="close_search_call"):
     """Find the tx that ended our lease ``lease_uuid`` (``ChainClient.lease_end_tx``); answered to the scheduler.
 
     ``tx_hash``: the tx an event named, a hint tried first. ``tenant`` and
@@ -226,9 +193,7 @@ class CloseSearchCall:
     attempt: int = 1
 
 
-@message("close_search_answered")
-@dataclass(frozen=True, slots=True)
-class CloseSearchAnswered:
+class CloseSearchAnswered(Message, tag="close_search_answered"):
     """``outcome``: the tx found and what it settled; neither it nor ``error``: the node found no such tx."""
 
     lease_uuid: str
@@ -239,34 +204,26 @@ class CloseSearchAnswered:
     error: ChainFailure | None = None
 
 
-@message("withdraw_lookups_restored")
-@dataclass(frozen=True, slots=True)
-class WithdrawLookupsRestored:
+class WithdrawLookupsRestored(Message, tag="withdraw_lookups_restored"):
     """At start: the withdraw txs a previous run was still looking up (from the ledger)."""
 
     lookups: tuple[WithdrawLookupOpened, ...]
 
 
-@message("active_leases_call")
-@dataclass(frozen=True, slots=True)
-class ActiveLeasesCall:
+class ActiveLeasesCall(Message, tag="active_leases_call"):
     """Answered with ``messages.scheduler.ActiveLeasesRead`` to ``reply_to``."""
 
     cycle: int
     reply_to: str
 
 
-@message("lease_call")
-@dataclass(frozen=True, slots=True)
-class LeaseCall:
+class LeaseCall(Message, tag="lease_call"):
     """Read one lease, in any state; answered with ``messages.scheduler.LeaseRead`` to the scheduler."""
 
     lease_uuid: str
 
 
-@message("credit_call")
-@dataclass(frozen=True, slots=True)
-class CreditCall:
+class CreditCall(Message, tag="credit_call"):
     """Read one tenant's credit (account + its ACTIVE leases of every provider).
 
     Answered to the tenant's actor with ``CreditRead`` or ``CreditReadFailed``.
@@ -274,11 +231,12 @@ class CreditCall:
 
     cycle: int
     tenant: str
+    #: Read the tenant's leases from the chain whatever the provider's listing holds
+    #: (its monitor asks, after a ``CreditRead`` with ``leases_listed`` it cannot act on).
+    full: bool = False
 
 
-@message("credit_reads_call")
-@dataclass(frozen=True, slots=True)
-class CreditReadsCall:
+class CreditReadsCall(Message, tag="credit_reads_call"):
     """Read the credit of every tenant listed: one message per cycle, not one per tenant.
 
     Each tenant's actor gets its own ``CreditRead`` or ``CreditReadFailed``.
@@ -288,9 +246,7 @@ class CreditReadsCall:
     tenants: tuple[str, ...]
 
 
-@message("node_status_call")
-@dataclass(frozen=True, slots=True)
-class NodeStatusCall:
+class NodeStatusCall(Message, tag="node_status_call"):
     """Answered with ``NodeStatusAnswered`` to ``reply_to``: the chain actor before closing, or ``health``."""
 
     round: int
@@ -300,9 +256,7 @@ class NodeStatusCall:
     heights: tuple[int, ...] = ()
 
 
-@message("node_status_answered")
-@dataclass(frozen=True, slots=True)
-class NodeStatusAnswered:
+class NodeStatusAnswered(Message, tag="node_status_answered"):
     round: int
     status: NodeStatus | None = None
     error: ChainFailure | None = None
@@ -310,18 +264,14 @@ class NodeStatusAnswered:
     block_times: tuple[tuple[int, datetime], ...] = ()
 
 
-@message("close_batch_call")
-@dataclass(frozen=True, slots=True)
-class CloseBatchCall:
+class CloseBatchCall(Message, tag="close_batch_call"):
     round: int
     batch: int
     lease_uuids: tuple[str, ...]
     reason: str
 
 
-@message("close_batch_answered")
-@dataclass(frozen=True, slots=True)
-class CloseBatchAnswered:
+class CloseBatchAnswered(Message, tag="close_batch_answered"):
     round: int
     batch: int
     lease_uuids: tuple[str, ...]
@@ -329,9 +279,7 @@ class CloseBatchAnswered:
     error: ChainFailure | None = None
 
 
-@message("lease_check_call")
-@dataclass(frozen=True, slots=True)
-class LeaseCheckCall:
+class LeaseCheckCall(Message, tag="lease_check_call"):
     """Which of ``lease_uuids`` are still active (after a batch failed on one)."""
 
     round: int
@@ -339,9 +287,7 @@ class LeaseCheckCall:
     lease_uuids: tuple[str, ...]
 
 
-@message("lease_check_answered")
-@dataclass(frozen=True, slots=True)
-class LeaseCheckAnswered:
+class LeaseCheckAnswered(Message, tag="lease_check_answered"):
     round: int
     batch: int
     active: tuple[str, ...] = ()

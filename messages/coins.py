@@ -8,10 +8,12 @@ denom twice, so two lists that mean the same amount compare equal.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from messages.codec import message
+from msgspec.msgpack import Ext
+from msgspec.structs import force_setattr
+
+from messages.codec import EXT_BIG_INT, Message, decode_big_int
 
 __all__ = ["Coin", "coins", "coins_to_dict", "add_coins", "format_coins", "parse_coins"]
 
@@ -23,15 +25,18 @@ _DENOM = re.compile(r"^[a-zA-Z][a-zA-Z0-9/:._-]{2,127}$")
 _VALID_DENOMS: set[str] = set()
 
 
-@message("coin")
-@dataclass(frozen=True, slots=True)
-class Coin:
+class Coin(Message, tag="coin"):
     denom: str
-    amount: int
+    #: Always an int once built. On the wire an amount beyond 64 bits is the
+    #: codec's big-int ext (msgpack has no wider int), which a decoder hands
+    #: over as an ``Ext`` and ``__post_init__`` reads back.
+    amount: int | Ext
 
     def __post_init__(self) -> None:
         if type(self.amount) is not int:
-            if not isinstance(self.amount, int) or isinstance(self.amount, bool):
+            if type(self.amount) is Ext and self.amount.code == EXT_BIG_INT:
+                force_setattr(self, "amount", decode_big_int(self.amount.data))
+            elif not isinstance(self.amount, int) or isinstance(self.amount, bool):
                 raise TypeError(f"coin amount must be an int, got {type(self.amount).__name__}")
         if self.denom not in _VALID_DENOMS:
             if not isinstance(self.denom, str) or not _DENOM.match(self.denom):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from messages.chain import ChainFailure, CreditAccount, CreditEstimate, Lease
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 
 __all__ = [
@@ -21,9 +20,7 @@ __all__ = [
 ]
 
 
-@message("leases_synced")
-@dataclass(frozen=True, slots=True)
-class LeasesSynced:
+class LeasesSynced(Message, tag="leases_synced"):
     """The tenant's complete set of our active leases, read from the chain."""
 
     leases: tuple[Lease, ...]
@@ -32,23 +29,17 @@ class LeasesSynced:
     kept: tuple[str, ...] = ()
 
 
-@message("lease_opened")
-@dataclass(frozen=True, slots=True)
-class LeaseOpened:
+class LeaseOpened(Message, tag="lease_opened"):
     lease: Lease
 
 
-@message("lease_gone")
-@dataclass(frozen=True, slots=True)
-class LeaseGone:
+class LeaseGone(Message, tag="lease_gone"):
     lease_uuid: str
     #: Which event removed it: closed, expired, auto_closed.
     reason: str
 
 
-@message("credit_read")
-@dataclass(frozen=True, slots=True)
-class CreditRead:
+class CreditRead(Message, tag="credit_read"):
     """One complete credit read: the account and the tenant's ACTIVE leases of every provider.
 
     Both parts or none: a read missing either is a ``CreditReadFailed``.
@@ -61,21 +52,23 @@ class CreditRead:
     estimate: CreditEstimate | None = None
     #: Every ACTIVE lease of the tenant, ours and other providers'.
     leases: tuple[Lease, ...] = ()
+    #: The leases are ours as the provider's listing had them (``LeasesByProvider``, read
+    #: before the account), not a read of the tenant's own: the account counted no other
+    #: ACTIVE lease, so none was asked for (one call, not two). Read at another time than
+    #: the account, they are good for a verdict of credit to spare only: a tenant whose
+    #: credit looks gone on them, or that is in a grace window, is read again in full.
+    leases_listed: bool = False
     #: The height the read reflects: the lower of the account's and the
     #: leases' (``x-cosmos-block-height``); 0: not known (captures from before).
     height: int = 0
 
 
-@message("credit_read_failed")
-@dataclass(frozen=True, slots=True)
-class CreditReadFailed:
+class CreditReadFailed(Message, tag="credit_read_failed"):
     cycle: int
     error: ChainFailure
 
 
-@message("close_requested")
-@dataclass(frozen=True, slots=True)
-class CloseRequested:
+class CloseRequested(Message, tag="close_requested"):
     cycle: int
     tenant: str
     lease_uuids: tuple[str, ...]
@@ -85,9 +78,7 @@ class CloseRequested:
     read_height: int = 0
 
 
-@message("leases_closed")
-@dataclass(frozen=True, slots=True)
-class LeasesClosed:
+class LeasesClosed(Message, tag="leases_closed"):
     tenant: str
     lease_uuids: tuple[str, ...]
     reason: str
@@ -96,9 +87,7 @@ class LeasesClosed:
     already_closed: bool = False
 
 
-@message("close_failed")
-@dataclass(frozen=True, slots=True)
-class CloseFailed:
+class CloseFailed(Message, tag="close_failed"):
     tenant: str
     lease_uuids: tuple[str, ...]
     error: ChainFailure
@@ -106,9 +95,7 @@ class CloseFailed:
     retry_at: datetime | None = None
 
 
-@message("tenant_snapshot")
-@dataclass(frozen=True, slots=True)
-class TenantSnapshot:
+class TenantSnapshot(Message, tag="tenant_snapshot"):
     """What a tenant actor has learned, persisted so that a restart loses nothing.
 
     Restored into a new ``CreditMonitorActor`` at start: the burn-rate
@@ -138,9 +125,7 @@ class TenantSnapshot:
 __all__ += ["TenantSnapshot"]
 
 
-@message("tenant_restored")
-@dataclass(frozen=True, slots=True)
-class TenantRestored:
+class TenantRestored(Message, tag="tenant_restored"):
     """First message of a tenant actor restarted from persisted state."""
 
     snapshot: TenantSnapshot

@@ -3,9 +3,9 @@
 A frozen dataclass's generated ``__init__`` sets each field through
 ``object.__setattr__``, to get past the class's own ``__setattr__`` that
 refuses every assignment. For a slots class, calling each slot's descriptor
-does the same for about 40% less. The sidecar builds a message and an effect
-for every decision (a ``TenantChecked`` in a ``Send`` for every credit read
-of every tenant), and a replay rebuilds every one of them.
+does the same for about 40% less. The sidecar builds an effect for every
+decision (a ``Send`` around every message a core sends), and a replay
+rebuilds every one of them. (Messages are msgspec Structs, built in C.)
 
 ``fast_init(cls)`` gives a frozen slots dataclass an ``__init__`` with the
 same signature and the same behaviour: positional and keyword-only fields,

@@ -10,10 +10,9 @@ everything else, and a capture shows when each part came and went.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
-from messages.codec import message
+from messages.codec import Message
 
 __all__ = [
     "WebsocketSubscribed",
@@ -27,18 +26,14 @@ __all__ = [
 ]
 
 
-@message("websocket_subscribed")
-@dataclass(frozen=True, slots=True)
-class WebsocketSubscribed:
+class WebsocketSubscribed(Message, tag="websocket_subscribed"):
     """The listener's connection has every subscription acknowledged (each one is followed by a reconcile)."""
 
     url: str
     queries: int
 
 
-@message("websocket_lost")
-@dataclass(frozen=True, slots=True)
-class WebsocketLost:
+class WebsocketLost(Message, tag="websocket_lost"):
     """A subscribed connection ended, or an attempt to make one failed; the listener reconnects."""
 
     reason: str
@@ -46,48 +41,36 @@ class WebsocketLost:
     was_subscribed: bool = False
 
 
-@message("ledger_write_failed")
-@dataclass(frozen=True, slots=True)
-class LedgerWriteFailed:
+class LedgerWriteFailed(Message, tag="ledger_write_failed"):
     """The database refused a write for a passing reason; ``held`` facts wait for the next one."""
 
     error: str
     held: int
 
 
-@message("ledger_writes_resumed")
-@dataclass(frozen=True, slots=True)
-class LedgerWritesResumed:
+class LedgerWritesResumed(Message, tag="ledger_writes_resumed"):
     """A write went through again, with the ``written`` facts held since the failure."""
 
     written: int
 
 
-@message("month_stage")
-@dataclass(frozen=True, slots=True)
-class MonthStage:
+class MonthStage(Message, tag="month_stage"):
     """One billing month and where it is: open, grace, metered or finalized."""
 
     month: str
     stage: str
 
 
-@message("books_ticked")
-@dataclass(frozen=True, slots=True)
-class BooksTicked:
+class BooksTicked(Message, tag="books_ticked"):
     """The billing months after a tick of the books, oldest first."""
 
     at: datetime
     months: tuple[MonthStage, ...] = ()
 
 
-@message("health_check_due")
-@dataclass(frozen=True, slots=True)
-class HealthCheckDue:
+class HealthCheckDue(Message, tag="health_check_due"):
     """The health actor's timer: ask the node's status again."""
 
 
-@message("readiness_asked")
-@dataclass(frozen=True, slots=True)
-class ReadinessAsked:
+class ReadinessAsked(Message, tag="readiness_asked"):
     """``/healthz`` and ``/readyz`` ask the health actor (an ask: its answer is the report)."""

@@ -12,9 +12,8 @@ end-of-block event), or rejected or cancelled while PENDING.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 
 __all__ = ["LeaseEvent", "LEASE_EVENT_KINDS", "ENDING_KINDS", "CREDIT_EXHAUSTION"]
@@ -28,9 +27,7 @@ ENDING_KINDS = ("closed", "expired", "auto_closed", "cancelled", "rejected")
 CREDIT_EXHAUSTION = "credit_exhaustion"
 
 
-@message("lease_event")
-@dataclass(frozen=True, slots=True)
-class LeaseEvent:
+class LeaseEvent(Message, tag="lease_event"):
     kind: str
     lease_uuid: str
     tenant: str

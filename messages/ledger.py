@@ -6,13 +6,12 @@ things happen; with no ledger configured they are dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 # LeaseSettled is defined beside the chain answers that carry it
 # (WithdrawPage, CloseOutcome); it is one of the ledger's facts all the same.
 from messages.chain import Lease, LeaseSettled
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
@@ -27,25 +26,19 @@ __all__ = [
 ]
 
 
-@message("leases_observed")
-@dataclass(frozen=True, slots=True)
-class LeasesObserved:
+class LeasesObserved(Message, tag="leases_observed"):
     """The provider's active leases as read from the chain (a reconcile)."""
 
     at: datetime
     leases: tuple[Lease, ...]
 
 
-@message("lease_event_recorded")
-@dataclass(frozen=True, slots=True)
-class LeaseEventRecorded:
+class LeaseEventRecorded(Message, tag="lease_event_recorded"):
     at: datetime
     event: LeaseEvent
 
 
-@message("withdrawal_recorded")
-@dataclass(frozen=True, slots=True)
-class WithdrawalRecorded:
+class WithdrawalRecorded(Message, tag="withdrawal_recorded"):
     at: datetime
     cycle: int
     page: int
@@ -54,9 +47,7 @@ class WithdrawalRecorded:
     withdrawal_count: int
 
 
-@message("closure_recorded")
-@dataclass(frozen=True, slots=True)
-class ClosureRecorded:
+class ClosureRecorded(Message, tag="closure_recorded"):
     at: datetime
     tenant: str
     lease_uuids: tuple[str, ...]
@@ -64,23 +55,17 @@ class ClosureRecorded:
     tx_hashes: tuple[str, ...]
 
 
-@message("tenant_state_changed")
-@dataclass(frozen=True, slots=True)
-class TenantStateChanged:
+class TenantStateChanged(Message, tag="tenant_state_changed"):
     snapshot: TenantSnapshot
 
 
-@message("tenant_forgotten")
-@dataclass(frozen=True, slots=True)
-class TenantForgotten:
+class TenantForgotten(Message, tag="tenant_forgotten"):
     """The tenant has no lease with us any more: drop its persisted state."""
 
     tenant: str
 
 
-@message("billing_tick_due")
-@dataclass(frozen=True, slots=True)
-class BillingTickDue:
+class BillingTickDue(Message, tag="billing_tick_due"):
     """Hourly, from the scheduler: walk the billing months (``ledger`` tick)."""
 
     at: datetime
@@ -89,9 +74,7 @@ class BillingTickDue:
 __all__ += ["BillingTickDue"]
 
 
-@message("lease_observed")
-@dataclass(frozen=True, slots=True)
-class LeaseObserved:
+class LeaseObserved(Message, tag="lease_observed"):
     """One lease as read from the chain (a ``Lease`` query), in any state.
 
     Unlike ``LeasesObserved`` it says nothing about other leases. Send it when
@@ -108,9 +91,7 @@ class LeaseObserved:
 __all__ += ["LeaseObserved", "LeaseSettled"]
 
 
-@message("leases_reconciled")
-@dataclass(frozen=True, slots=True)
-class LeasesReconciled:
+class LeasesReconciled(Message, tag="leases_reconciled"):
     """The provider's *complete* set of active leases, as one read at ``at`` returned it.
 
     Unlike ``LeasesObserved`` (any leases, e.g. only the new ones) the set is
@@ -127,9 +108,7 @@ class LeasesReconciled:
 __all__ += ["LeasesReconciled"]
 
 
-@message("settlements_recorded")
-@dataclass(frozen=True, slots=True)
-class SettlementsRecorded:
+class SettlementsRecorded(Message, tag="settlements_recorded"):
     """Every per-lease settlement of one transaction (a withdraw page, a close batch).
 
     One message per transaction rather than one per lease: a page settles up
@@ -142,9 +121,7 @@ class SettlementsRecorded:
 __all__ += ["SettlementsRecorded"]
 
 
-@message("withdraw_lookup_opened")
-@dataclass(frozen=True, slots=True)
-class WithdrawLookupOpened:
+class WithdrawLookupOpened(Message, tag="withdraw_lookup_opened"):
     """A withdraw tx whose outcome is not in the books yet: signed and awaiting its answer,
     or of unknown outcome and being looked up. Kept across restarts: a sidecar that
     starts with one open looks the tx up."""
@@ -155,9 +132,7 @@ class WithdrawLookupOpened:
     at: datetime
 
 
-@message("withdraw_lookup_closed")
-@dataclass(frozen=True, slots=True)
-class WithdrawLookupClosed:
+class WithdrawLookupClosed(Message, tag="withdraw_lookup_closed"):
     """``tx_hash``'s outcome is settled: its page booked, refused before inclusion, or its
     lookup ended (found, failed on chain, or given up)."""
 
@@ -167,9 +142,7 @@ class WithdrawLookupClosed:
 __all__ += ["WithdrawLookupOpened", "WithdrawLookupClosed"]
 
 
-@message("close_lookup_opened")
-@dataclass(frozen=True, slots=True)
-class CloseLookupOpened:
+class CloseLookupOpened(Message, tag="close_lookup_opened"):
     """A close tx whose outcome is not in the books yet: signed and awaiting its answer, or of
     unknown outcome and being looked up. Kept across restarts (``actors.close_lookup``): a
     sidecar that starts with one open looks the tx up, and books what it closed and settled."""
@@ -181,9 +154,7 @@ class CloseLookupOpened:
     at: datetime
 
 
-@message("close_lookup_closed")
-@dataclass(frozen=True, slots=True)
-class CloseLookupClosed:
+class CloseLookupClosed(Message, tag="close_lookup_closed"):
     """``tx_hash``'s outcome is settled: booked from its answer or its lookup, refused before
     inclusion, included and failed, or given up."""
 
@@ -193,9 +164,7 @@ class CloseLookupClosed:
 __all__ += ["CloseLookupOpened", "CloseLookupClosed"]
 
 
-@message("lease_issue")
-@dataclass(frozen=True, slots=True)
-class LeaseIssue:
+class LeaseIssue(Message, tag="lease_issue"):
     """Something the books cannot yet say of one lease, kept visible until it is resolved.
 
     ``kind`` (``LEASE_ISSUE_KINDS``): ``unread``, the lease could not be read
@@ -218,9 +187,7 @@ class LeaseIssue:
     tenant: str = ""
 
 
-@message("lease_issue_resolved")
-@dataclass(frozen=True, slots=True)
-class LeaseIssueResolved:
+class LeaseIssueResolved(Message, tag="lease_issue_resolved"):
     """The books no longer lack what ``kind`` said of ``lease_uuid`` (its closing tx was found)."""
 
     lease_uuid: str

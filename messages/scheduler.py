@@ -6,11 +6,10 @@ have every tenant checked, flush the closures, then sleep until the next wake.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from messages.chain import ChainFailure, Lease
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 from messages.credit import TenantSnapshot
 from messages.lease_events import LeaseEvent
@@ -34,34 +33,26 @@ __all__ = [
 WAKE_REASONS = ("interval", "check", "depletion", "recheck", "retry", "deadline")
 
 
-@message("wake")
-@dataclass(frozen=True, slots=True)
-class Wake:
+class Wake(Message, tag="wake"):
     reason: str
     #: The wake this timer was set for; a wake superseded by a newer timer is
     #: ignored rather than running a second cycle.
     token: int = 0
 
 
-@message("trigger_withdraw")
-@dataclass(frozen=True, slots=True)
-class TriggerWithdraw:
+class TriggerWithdraw(Message, tag="trigger_withdraw"):
     """Run a withdraw cycle now, bypassing the withdraw rate limit."""
 
     source: str = "operator"
 
 
-@message("run_cycle")
-@dataclass(frozen=True, slots=True)
-class RunCycle:
+class RunCycle(Message, tag="run_cycle"):
     """``withdraw_once()``: one full cycle before ``start()``."""
 
     withdraw: bool = True
 
 
-@message("withdraw_finished")
-@dataclass(frozen=True, slots=True)
-class WithdrawFinished:
+class WithdrawFinished(Message, tag="withdraw_finished"):
     cycle: int
     pages: int
     total_amounts: tuple[Coin, ...]
@@ -77,17 +68,13 @@ class WithdrawFinished:
     nothing_due: bool = False
 
 
-@message("active_leases_read")
-@dataclass(frozen=True, slots=True)
-class ActiveLeasesRead:
+class ActiveLeasesRead(Message, tag="active_leases_read"):
     cycle: int
     leases: tuple[Lease, ...] = ()
     error: ChainFailure | None = None
 
 
-@message("lease_read")
-@dataclass(frozen=True, slots=True)
-class LeaseRead:
+class LeaseRead(Message, tag="lease_read"):
     """One lease as the chain answered a ``LeaseCall`` (None, with the error, when it did not)."""
 
     lease_uuid: str
@@ -95,17 +82,13 @@ class LeaseRead:
     error: ChainFailure | None = None
 
 
-@message("leases_to_read")
-@dataclass(frozen=True, slots=True)
-class LeasesToRead:
+class LeasesToRead(Message, tag="leases_to_read"):
     """At start: leases the books want read from the chain (``Ledger.leases_to_read``)."""
 
     lease_uuids: tuple[str, ...]
 
 
-@message("tenant_checked")
-@dataclass(frozen=True, slots=True)
-class TenantChecked:
+class TenantChecked(Message, tag="tenant_checked"):
     """A tenant actor's verdict for one cycle."""
 
     cycle: int
@@ -121,9 +104,7 @@ class TenantChecked:
 
 
 
-@message("closures_flushed")
-@dataclass(frozen=True, slots=True)
-class ClosuresFlushed:
+class ClosuresFlushed(Message, tag="closures_flushed"):
     cycle: int
     closed: tuple[str, ...] = ()
     #: Leases that were already closed on chain and were dropped from a batch.
@@ -135,18 +116,14 @@ class ClosuresFlushed:
     retry_at: datetime | None = None
 
 
-@message("lease_event_received")
-@dataclass(frozen=True, slots=True)
-class LeaseEventReceived:
+class LeaseEventReceived(Message, tag="lease_event_received"):
     event: LeaseEvent
     #: the clock's time when the listener read the event's frame (None from the in-process
     #: model): its delivery's time minus this is what the event waited to reach the scheduler
     received_at: datetime | None = None
 
 
-@message("reconcile")
-@dataclass(frozen=True, slots=True)
-class Reconcile:
+class Reconcile(Message, tag="reconcile"):
     """Re-read the provider's active leases now (after a websocket gap, at start)."""
 
     source: str = "listener"
@@ -155,35 +132,25 @@ class Reconcile:
 __all__ += ["Reconcile"]
 
 
-@message("start_schedule")
-@dataclass(frozen=True, slots=True)
-class StartSchedule:
+class StartSchedule(Message, tag="start_schedule"):
     """Begin the periodic wakes (the seed's ``Start``)."""
 
 
-@message("stop_schedule")
-@dataclass(frozen=True, slots=True)
-class StopSchedule:
+class StopSchedule(Message, tag="stop_schedule"):
     """Stop: no new cycle starts; later triggers are ignored (the seed's ``Stop``)."""
 
 
-@message("cycle_deadline")
-@dataclass(frozen=True, slots=True)
-class CycleDeadline:
+class CycleDeadline(Message, tag="cycle_deadline"):
     """A cycle still waiting for tenants at this point is closed out without them."""
 
     cycle: int
 
 
-@message("billing_tick_timer")
-@dataclass(frozen=True, slots=True)
-class BillingTickTimer:
+class BillingTickTimer(Message, tag="billing_tick_timer"):
     """The scheduler's hourly timer for the books (sends ``BillingTickDue`` to the ledger)."""
 
 
-@message("tenants_restored")
-@dataclass(frozen=True, slots=True)
-class TenantsRestored:
+class TenantsRestored(Message, tag="tenants_restored"):
     """What the ledger remembered of each tenant at the last run; sent once at start."""
 
     snapshots: tuple[TenantSnapshot, ...]

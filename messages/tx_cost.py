@@ -8,17 +8,14 @@ apart from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from messages.codec import message
+from messages.codec import Message
 from messages.coins import Coin
 
 __all__ = ["TxCost"]
 
 
-@message("tx_cost")
-@dataclass(frozen=True, slots=True)
-class TxCost:
+class TxCost(Message, tag="tx_cost"):
     #: the fee the tx carried (the chain takes it whole once the tx is included), per denom
     fee: tuple[Coin, ...] = ()
     #: the gas limit it was signed with, and what the chain says it used

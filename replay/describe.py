@@ -6,7 +6,7 @@ order from outside), so two replays of the same logs print the same bytes.
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from datetime import datetime
 from typing import Any, Callable
 
@@ -63,7 +63,7 @@ def value(v: Any) -> str:
         return v.hex() or "''"
     if isinstance(v, str):
         return repr(v)
-    fields = getattr(type(v), "_message_fields", None)
+    fields = getattr(type(v), "__struct_fields__", None)
     if fields is not None:
         return message(v)
     return repr(v)
@@ -71,15 +71,15 @@ def value(v: Any) -> str:
 
 def message(m: Any) -> str:
     """``TypeName(field=value, ...)``, fields left at their default omitted."""
-    fields = getattr(type(m), "_message_fields", None)
+    fields = getattr(type(m), "__struct_fields__", None)
     if fields is None:
         return str(m) if isinstance(m, str) else type(m).__name__
-    defaults = {f.name: f.default for f in dataclasses.fields(m)}
+    defaults = {f.name: f.default for f in msgspec.structs.fields(m)}
     parts = []
     for f in fields:
         v = getattr(m, f)
-        d = defaults.get(f, dataclasses.MISSING)
-        if d is not dataclasses.MISSING and type(d) is type(v) and d == v:
+        d = defaults.get(f, msgspec.NODEFAULT)
+        if d is not msgspec.NODEFAULT and type(d) is type(v) and d == v:
             continue
         parts.append(f"{f}={value(v)}")
     return f"{type(m).__name__}({', '.join(parts)})"
@@ -89,7 +89,7 @@ def differences(captured: Any, replayed: Any) -> str:
     """What changed between two messages: ``field: captured -> replayed; ...``."""
     if type(captured) is not type(replayed):
         return f"{message(captured)} -> {message(replayed)}"
-    fields = getattr(type(captured), "_message_fields", ())
+    fields = getattr(type(captured), "__struct_fields__", ())
     parts = []
     for f in fields:
         a, b = getattr(captured, f), getattr(replayed, f)

@@ -133,8 +133,9 @@ def test_damaged_length_resyncs_at_the_next_intact_record(tmp_path):
     assert reader.skipped.bytes == next_frame - bad
 
 
-def _write_raw(path: Path, bodies: list, version: int = FORMAT_VERSION, types: list | None = None) -> list[int]:
-    """A capture file from raw record bodies; returns each frame's offset.
+def _write_raw(path: Path, bodies: list, version: int = 3, types: list | None = None) -> list[int]:
+    """A capture file in format ``version`` (3 by default: flat, ``capture.wire``) from raw record bodies;
+    returns each frame's offset.
 
     Messages in the bodies are encoded flat; the types they use (plus
     ``types``, raw ``[index, name, version, [fields]]`` entries) are declared

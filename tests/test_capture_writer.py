@@ -382,8 +382,8 @@ def test_file_names_sort_by_run_start_and_part(tmp_path, clock):
     assert len(CaptureReader(writer.paths).files) == len(names)
 
 
-def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, clock):
-    """The same Lease objects in every cycle: each file defines what it refers to."""
+def test_lease_lists_read_back_from_every_rotated_file_on_its_own(tmp_path, clock):
+    """The same Lease objects in every cycle: each file declares the types it holds."""
     leases = tuple(
         Lease(f"lease-{n}", "manifest1tenant", "prov", (LeaseItem("sku-1", 1, Coin("umfx", n + 1)),))
         for n in range(30)
@@ -409,8 +409,6 @@ def test_interned_leases_read_back_from_every_rotated_file_on_its_own(tmp_path, 
                 assert isinstance(r, OpaqueDelivery)
             seen.append(r.seq)
     assert seen == list(range(1, 41))
-    # Interning is what keeps the files small: 40 reads of 30 leases in a few files.
-    assert sum(os.path.getsize(p) for p in writer.paths) < 40 * len(encode(leases)) / 4
 
 
 def _capture_files(directory) -> list[str]:
@@ -431,8 +429,8 @@ def test_the_oldest_capture_files_go_to_keep_the_total_under_its_budget(tmp_path
     clock.advance(3600)
     budget = 20_000
     s = settings(tmp_path, max_file_bytes=4096, max_total_bytes=budget, background=False)
-    writer = CaptureWriter(s, clock_now=clock.now).open()
-    with caplog.at_level("INFO", logger="capture.writer"):
+    with caplog.at_level("INFO", logger="capture.writer"):  # from the open: the first file may already prune
+        writer = CaptureWriter(s, clock_now=clock.now).open()
         for seq in range(1, 201):
             writer(delivery(seq, clock))
             current = writer.paths[-1]

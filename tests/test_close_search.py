@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 from datetime import timedelta
 
 from actors.close_search import CLOSE_SOUGHT, NOT_FOUND_RETRIES, CloseSearches
@@ -57,14 +57,14 @@ def test_a_lease_read_as_closed_has_its_closing_tx_found_and_booked_with_the_hin
 def test_nothing_is_sought_for_a_lease_that_never_accrued_or_whose_close_we_booked() -> None:
     searches = CloseSearches()
     for state in ("EXPIRED", "REJECTED"):
-        assert searches.ended(dataclasses.replace(ENDED, state=state, acknowledged_at=None, closed_at=None), T0) == []
-    assert searches.ended(dataclasses.replace(ENDED, state="ACTIVE", closed_at=None), T0) == []
+        assert searches.ended(msgspec.structs.replace(ENDED, state=state, acknowledged_at=None, closed_at=None), T0) == []
+    assert searches.ended(msgspec.structs.replace(ENDED, state="ACTIVE", closed_at=None), T0) == []
     searches.booked_by_us(["l1"])
     assert searches.ended(ENDED, T0) == []
     core = SchedulerDecisions(settings(), PROVIDER)
     core.handle(ClosuresFlushed(cycle=1, closed=("l1",), already_closed=("l2",)), T0)  # l2: someone else's close
     assert not sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
-    assert sent(core.handle(LeaseRead("l2", dataclasses.replace(ENDED, uuid="l2")), T0), CloseSearchCall)
+    assert sent(core.handle(LeaseRead("l2", msgspec.structs.replace(ENDED, uuid="l2")), T0), CloseSearchCall)
 
 
 def test_a_close_not_found_is_reported_sought_again_a_few_times_and_then_left_reported() -> None:

@@ -227,6 +227,18 @@ def test_an_address_that_never_receives_is_taken_as_absent_to_bound_memory(tmp_p
     assert dict(end.excused)[engine.NEVER_DELIVERED] == 6
 
 
+@pytest.mark.parametrize("per_address, diverges", [(0, True), (4, False)])
+def test_a_ledger_whose_mail_comes_after_a_burst_is_not_taken_as_absent(tmp_path, monkeypatch, per_address, diverges):
+    """The limit grows with the addresses that received mail: a first cycle's burst (a snapshot
+    for the ledger from every monitor it spawns) is parked until the ledger's first delivery."""
+    import replay.engine as engine
+
+    monkeypatch.setattr(engine, "PARK_LIMIT", 0)
+    monkeypatch.setattr(engine, "PARK_PER_ADDRESS", per_address)
+    _, divergences, _ = replay(live_run(tmp_path, ledger=True))
+    assert bool(divergences) is diverges
+
+
 def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
     paths = live_run(tmp_path)
     _, divergences, _ = replay(paths, toy_builder(threshold=2))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+
 from datetime import timedelta
 
 from actors.effects import Note, Retire, Send, Spawn
@@ -138,7 +140,7 @@ def test_no_leases_clears_state_and_retires_monitors() -> None:
     assert sorted(m.message.lease_uuid for m in msgs(out, LeaseCall)) == ["l1", "l2"]
     out = []
     for uuid, tenant in (("l1", "t1"), ("l2", "t2")):
-        closed = dataclasses.replace(lease(uuid, tenant), state="CLOSED", closed_at=T0)
+        closed = msgspec.structs.replace(lease(uuid, tenant), state="CLOSED", closed_at=T0)
         out += core.handle(LeaseRead(uuid, closed), T0)
     assert sorted(e.tenant for e in out if isinstance(e, Retire)) == ["t1", "t2"]
     assert {m.message.lease_uuid for m in msgs(out, LeaseGone)} == {"l1", "l2"}
@@ -209,7 +211,7 @@ def test_cycle_deadline_goes_on_without_silent_tenants() -> None:
 def watched(core: SchedulerDecisions, uuid: str, tenant: str, state: str = "ACTIVE") -> list:
     """Our lease ``uuid`` of ``tenant`` heard of (an event), then read in ``state``: what the read did."""
     core.handle(LeaseEventReceived(LeaseEvent("acknowledged", uuid, tenant, PROVIDER)), T0)
-    return core.handle(LeaseRead(uuid, dataclasses.replace(lease(uuid, tenant), state=state)), T0)
+    return core.handle(LeaseRead(uuid, msgspec.structs.replace(lease(uuid, tenant), state=state)), T0)
 
 
 def test_a_lease_event_is_a_hint_the_monitors_change_only_once_the_lease_is_read() -> None:
@@ -225,10 +227,10 @@ def test_a_lease_event_is_a_hint_the_monitors_change_only_once_the_lease_is_read
     # A close event: read; the lease ends for the monitor only when the read says it did.
     out = core.handle(LeaseEventReceived(LeaseEvent("closed", "l9", "t9", PROVIDER)), T0)
     assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l9"] and not msgs(out, LeaseGone)
-    closed = dataclasses.replace(lease("l9", "t9"), state="CLOSED", closure_reason="tenant left")
+    closed = msgspec.structs.replace(lease("l9", "t9"), state="CLOSED", closure_reason="tenant left")
     assert msgs(core.handle(LeaseRead("l9", closed), T0), LeaseGone)[0].message == LeaseGone("l9", "closed")
     core.handle(LeaseEventReceived(LeaseEvent("expired", "l10", "t9", PROVIDER)), T0)
-    out = core.handle(LeaseRead("l10", dataclasses.replace(lease("l10", "t9"), state="EXPIRED")), T0)
+    out = core.handle(LeaseRead("l10", msgspec.structs.replace(lease("l10", "t9"), state="EXPIRED")), T0)
     assert [e.tenant for e in out if isinstance(e, Retire)] == ["t9"]
 
 
@@ -265,7 +267,7 @@ def test_our_withdraws_tenantless_auto_close_is_read_and_ends_the_lease_of_the_t
     watched(core, "l1", "t1")
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "l1", "", PROVIDER, "credit_exhausted")), T0)
     assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["l1"] and not msgs(out, LeaseGone)
-    closed = dataclasses.replace(lease("l1", "t1"), state="CLOSED", closure_reason="credit exhausted")
+    closed = msgspec.structs.replace(lease("l1", "t1"), state="CLOSED", closure_reason="credit exhausted")
     out = core.handle(LeaseRead("l1", closed), T0)
     assert msgs(out, LeaseGone)[0].message == LeaseGone("l1", "closed")
     assert "t1" not in core.tenants
@@ -276,12 +278,12 @@ def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_
     watched(core, "l1", "t1")
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "", OTHER, "credit_exhausted")), T0)
     assert [m.message.lease_uuid for m in msgs(out, LeaseCall)] == ["x1"] and not msgs(out, WithdrawRequested)
-    closed = dataclasses.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
+    closed = msgspec.structs.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
     out = core.handle(LeaseRead("x1", closed), T0)
     assert msgs(out, WithdrawRequested)
     # the same for a tenant we do not serve: read, and nothing more
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x2", "", OTHER, "credit_exhausted")), T0)
-    out = core.handle(LeaseRead("x2", dataclasses.replace(closed, uuid="x2", tenant="t7")), T0)
+    out = core.handle(LeaseRead("x2", msgspec.structs.replace(closed, uuid="x2", tenant="t7")), T0)
     assert not msgs(out, WithdrawRequested)
 
 
@@ -290,7 +292,7 @@ def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_cl
     watched(core, "l1", "t1")
     ordinary = LeaseEvent("closed", "x1", "t1", OTHER, by="manifest1someone")
     assert not msgs(core.handle(LeaseEventReceived(ordinary), T0), WithdrawRequested)
-    exhausted = dataclasses.replace(ordinary, by="credit_exhaustion")
+    exhausted = msgspec.structs.replace(ordinary, by="credit_exhaustion")
     assert msgs(core.handle(LeaseEventReceived(exhausted), T0), WithdrawRequested)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+
+import msgspec
 from datetime import datetime, timedelta
 
 from actors.effects import Send
@@ -151,7 +153,7 @@ def settled(lease: Lease, at: datetime, reservation=None, **kw) -> Lease:
     """``lease`` as a chain read shows it: last settled at ``at`` (and its tranche, on the current chain)."""
     if reservation is not None:
         kw.setdefault("min_lease_duration_at_creation", 60)  # its own tranche, not the legacy cohort's
-    return dataclasses.replace(lease, last_settled_at=at, reservation=reservation, **kw)
+    return msgspec.structs.replace(lease, last_settled_at=at, reservation=reservation, **kw)
 
 
 def test_depletion_is_the_runway_of_the_lease_that_runs_dry_first() -> None:

@@ -1,0 +1,388 @@
+"""Capture format 4: deliveries as msgspec writes them, read back typed in one C call per frame.
+
+A deliveries frame's body is ``[0, [[seq, at, sender, recipient, cause,
+message], ...]]``, each message the array ``messages.codec`` writes (its tag,
+then its fields in order). The reader decodes the whole body with one
+``msgspec.msgpack.Decoder`` whose type is the tagged union of every message
+type: every ``DeliveryRecord`` and every message in it is built by msgspec's
+C code, checked on the way (a sequence number out of range, a field of the
+wrong type, an unknown tag), with no Python call per message, except
+``__post_init__`` where a type has one (``Coin``, ``LeaseEvent``).
+
+Formats 1 to 3 (``capture.wire``) declared a type table and mapped fields by
+name, because their decoder built every message itself. Format 4 declares
+the table too (``TYPES`` records: index, name, version, fields; a type, with
+the types nested in it, before the first record using it in the file), and
+a reader checks it against its own types as it reads it: where each type the file declares has the
+reader's fields in the reader's order (or the first of them: a field added
+since, at the end with a default, is filled in by msgspec), the typed
+decoder reads it. Otherwise (a field renamed, removed or moved, a newer
+schema version) the file is read by name (``_ByName``): slower, and just as
+exact.
+
+Leases are not interned as format 3 interned them: encoding and decoding a
+lease is a C call now, and a changed lease (every settlement changes its
+``last_settled_at``) was written whole anyway.
+
+A delivery whose message is no registered type is written with an
+``OpaqueRecord`` in its place (its Python type name), so replay knows an
+input is missing rather than silently skipping it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import typing
+from typing import Annotated, Any, Iterable
+
+import msgspec
+
+from capture.format import DeliveryRecord, OpaqueDelivery
+from capture.wire import type_entry
+from messages.codec import (
+    CodecError,
+    NewerSchemaVersion,
+    UnknownMessageType,
+    decode_big_int,
+    message_union,
+    registry,
+    to_wire,
+)
+
+__all__ = ["OpaqueRecord", "TypedEncoder", "TypedDecoder", "type_table", "contained_types", "MAX_SEQ"]
+
+#: Sequence numbers a delivery can have: from 1, below 2**53 (a float's exact
+#: integers, which JSON output keeps). A run delivering a million messages a
+#: second would take 285 years to reach it; a larger one is damaged data.
+MAX_SEQ = 2**53
+
+_EXT_BIG_INT = 2
+
+
+class OpaqueRecord(msgspec.Struct, frozen=True, array_like=True, gc=False, tag="~opaque"):
+    """What a capture holds in place of a message that is no registered type: its type name."""
+
+    type_name: str
+
+
+def type_table(types: Iterable[type] | None = None) -> list[list[Any]]:
+    """The ``TYPES`` record's entries for ``types`` (default: every registered type), sorted by name."""
+    classes = sorted(types or registry().values(), key=lambda c: c.MESSAGE_NAME)  # type: ignore[attr-defined]
+    return [[i, c.MESSAGE_NAME, c.MESSAGE_VERSION, list(c.__struct_fields__)] for i, c in enumerate(classes)]  # type: ignore[attr-defined]
+
+
+_CONTAINED: dict[type, tuple[type, ...]] = {}
+
+
+def contained_types(cls: type) -> tuple[type, ...]:
+    """``cls`` and every message type its fields may hold, at any depth (what a file must declare
+    before a record of ``cls``)."""
+    found = _CONTAINED.get(cls)
+    if found is not None:
+        return found
+    out: dict[type, None] = {}
+    localns = {c.__name__: c for c in registry().values()}
+
+    def visit(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            if tp in out:
+                return
+            out[tp] = None
+            for hint in typing.get_type_hints(tp, localns=localns).values():
+                visit(hint)
+            return
+        for arg in typing.get_args(tp):
+            visit(arg)
+
+    visit(cls)
+    found = _CONTAINED[cls] = tuple(t for t in out if getattr(t, "MESSAGE_NAME", None))
+    return found
+
+
+def _enc_hook(value: Any) -> Any:
+    if isinstance(value, frozenset):
+        return list(value)
+    raise CodecError(f"cannot encode a value of type {type(value).__name__}")
+
+
+class TypedEncoder:
+    """Capture bodies to bytes (big ints as the big-int ext, through the codec's slow path)."""
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+        #: The message types this encoder writes as they are; anything else is opaque.
+        self.known: frozenset[type] = frozenset(registry().values())
+
+    def encode(self, value: Any) -> bytes:
+        try:
+            return self._encoder.encode(value)
+        except OverflowError:
+            pass
+        except CodecError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"cannot encode {type(value).__name__}: {exc}") from exc
+        # An int beyond 64 bits: written as the big-int ext, which only a Coin's
+        # amount reads back. Checked here (a rare path) so that no record is
+        # written that a reader would refuse: elsewhere it is unencodable.
+        data = self._encoder.encode(to_wire(value))
+        try:
+            if type(value) is tuple and len(value) == 2 and value[0] == 0:
+                _typed().frame.decode(data)
+            elif isinstance(value, tuple) and len(value) == 6:
+                _typed().one.decode(data)
+        except (msgspec.ValidationError, CodecError) as exc:
+            raise CodecError(f"an int beyond 64 bits where only a coin's amount may hold one: {exc}") from None
+        return data
+
+    def refresh(self) -> None:
+        """Types registered since (a test's) are written as messages too."""
+        self.known = frozenset(registry().values())
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == _EXT_BIG_INT:
+        return msgspec.msgpack.Ext(code, bytes(data))
+    raise CodecError(f"unknown ext type {code}")
+
+
+def _record_type(union: Any) -> type:
+    """``DeliveryRecord``, its fields typed for msgspec: the message is one of ``union``.
+
+    msgspec reads a named tuple's field types from its annotations when a
+    decoder is made (and keeps what it read on the class, which is dropped
+    here so that a decoder for another set of types reads them anew): the
+    records it builds are then ``DeliveryRecord`` objects themselves.
+    """
+    seq = Annotated[int, msgspec.Meta(gt=0, lt=MAX_SEQ)]
+    cause = Annotated[int, msgspec.Meta(ge=0, lt=MAX_SEQ)]
+    DeliveryRecord.__annotations__ = {
+        "seq": seq, "at": _dt.datetime, "sender": str, "recipient": str, "cause": cause, "message": union,
+    }
+    try:
+        del DeliveryRecord.__msgspec_cache__  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    return DeliveryRecord
+
+
+class _Typed:
+    """The typed decoders of one set of message types (this build's, cached)."""
+
+    def __init__(self, types: list[type]) -> None:
+        union = message_union([*types, OpaqueRecord])
+        self.record = _record_type(union)
+        self.frame = msgspec.msgpack.Decoder(tuple[int, list[self.record]], ext_hook=_ext_hook)  # type: ignore[name-defined]
+        self.rows = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw]])
+        self.one = msgspec.msgpack.Decoder(self.record, ext_hook=_ext_hook)
+        self.own = {c.MESSAGE_NAME: c for c in types}  # type: ignore[attr-defined]
+
+
+_TYPED: dict[frozenset[type], _Typed] = {}
+
+
+def _typed() -> _Typed:
+    types = registry()
+    key = frozenset(types.values())
+    t = _TYPED.get(key)
+    if t is None:
+        t = _TYPED[key] = _Typed(list(types.values()))
+    return t
+
+
+class TypedDecoder:
+    """Format 4 deliveries bodies back to records, for the file being read (``declare`` its table first)."""
+
+    def __init__(self) -> None:
+        self._t = _typed()
+        #: The file's type table, where it differs from this build's types: read by name.
+        self._by_name: _ByName | None = None
+        #: The last body's records are all good (no ``CodecError`` among them).
+        self.clean = True
+        #: The file's declared types: name -> (version, fields).
+        self._table: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+    def reset(self) -> None:
+        """A new file: its types are declared afresh."""
+        self._t = _typed()
+        self._by_name = None
+        self._table = {}
+
+    def declare(self, entries: Any) -> None:
+        """Take a ``TYPES`` record's entries, checked against this build's types (see the module doc)."""
+        if not isinstance(entries, (list, tuple)):
+            raise CodecError("type table is not a list")
+        own = self._t.own
+        table = self._table
+        new: list[str] = []
+        for entry in entries:
+            _, name, version, fields = type_entry(entry)
+            if name in table:
+                raise CodecError(f"type {name!r} declared twice in one file")
+            table[name] = (version, fields)
+            new.append(name)
+        if self._by_name is not None:
+            return  # read by name already: it sees the table grow
+        for name in new:
+            version, fields = table[name]
+            cls = own.get(name)
+            if cls is None:
+                continue  # unknown here: only a record that uses it is refused (its tag is unknown)
+            mine = cls.__struct_fields__  # type: ignore[attr-defined]
+            if version > cls.MESSAGE_VERSION or mine[: len(fields)] != fields:  # type: ignore[attr-defined]
+                self._by_name = _ByName(table, own)
+                return
+
+    def deliveries(self, body: bytes) -> list[Any]:
+        """The records of a deliveries body; a record that cannot be read is its ``CodecError``.
+
+        Raises ``CodecError`` when the body as a whole cannot be read.
+        """
+        self.clean = True
+        if self._by_name is not None:
+            records = self._by_name.deliveries(body)
+            self.clean = not any(isinstance(r, CodecError) for r in records)
+            return records
+        try:
+            records = self._t.frame.decode(body)[1]
+        except (msgspec.ValidationError, CodecError, TypeError, ValueError):
+            return self._one_by_one(body)
+        except msgspec.DecodeError as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        if b"~opaque" in body:
+            return [_opaque(r) if type(r.message) is OpaqueRecord else r for r in records]
+        return records  # type: ignore[no-any-return]
+
+    def _one_by_one(self, body: bytes) -> list[Any]:
+        """A body with a bad record: each record decoded alone, the bad one(s) as their errors."""
+        try:
+            rows = self._t.rows.decode(body)[1]
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise CodecError(f"deliveries record is not [0, [...]]: {exc}") from None
+        out: list[Any] = []
+        one = self._t.one
+        for raw in rows:
+            try:
+                r = one.decode(raw)
+            except (msgspec.ValidationError, CodecError, TypeError, ValueError) as exc:
+                out.append(_why(raw, exc, self._t.own))
+                continue
+            except msgspec.DecodeError as exc:
+                out.append(CodecError(f"malformed msgpack: {exc}"))
+                continue
+            out.append(_opaque(r) if type(r.message) is OpaqueRecord else r)
+        self.clean = not any(isinstance(r, CodecError) for r in out)
+        return out
+
+
+def _opaque(r: Any) -> OpaqueDelivery:
+    return OpaqueDelivery(r.seq, r.at, r.sender, r.recipient, r.cause, r.message.type_name)
+
+
+def _why(raw: Any, exc: Exception, own: dict[str, type]) -> CodecError:
+    """The error a record that would not decode stands for: an unknown type, or damage."""
+    try:
+        row = msgspec.msgpack.decode(raw, ext_hook=_ext_hook)
+        tag = row[5][0]
+    except Exception:
+        tag = None
+    if isinstance(tag, str) and tag not in own and tag != "~opaque":
+        return UnknownMessageType(tag)
+    if isinstance(exc, CodecError):
+        return exc
+    return CodecError(f"record does not match its types: {exc}")
+
+
+class _ByName:
+    """A file whose type table differs from this build's: its messages are built by field name.
+
+    The body is decoded untyped, then each message is built from its type's
+    declared fields, following this build's annotations to find the
+    messages nested in it: the reader's classes, the writer's field names.
+    """
+
+    def __init__(self, table: dict[str, tuple[int, tuple[str, ...]]], own: dict[str, type]) -> None:
+        self.table = table
+        self.own = own
+        self._hints: dict[type, dict[str, Any]] = {}
+        self._decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+
+    def deliveries(self, body: bytes) -> list[Any]:
+        try:
+            value = self._decoder.decode(body)
+        except (msgspec.DecodeError, CodecError) as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
+            raise CodecError("deliveries record is not [0, [...]]")
+        out: list[Any] = []
+        for row in value[1]:
+            try:
+                out.append(self._row(row))
+            except CodecError as exc:
+                out.append(exc)
+        return out
+
+    def _row(self, row: Any) -> Any:
+        if not isinstance(row, list) or len(row) != 6:
+            raise CodecError("a record of the frame is not a delivery")
+        seq, at, sender, recipient, cause, m = row
+        if not (type(seq) is int and isinstance(at, _dt.datetime) and type(sender) is str
+                and type(recipient) is str and type(cause) is int):
+            raise CodecError("delivery fields have the wrong types")
+        if not (0 < seq < MAX_SEQ and 0 <= cause < MAX_SEQ):
+            raise CodecError(f"sequence number {seq} or cause {cause} out of range")
+        if isinstance(m, list) and m and m[0] == "~opaque" and len(m) == 2 and type(m[1]) is str:
+            return OpaqueDelivery(seq, at, sender, recipient, cause, m[1])
+        return DeliveryRecord(seq, at, sender, recipient, cause, self._message(m))
+
+    def _message(self, m: Any) -> Any:
+        if not isinstance(m, list) or not m or type(m[0]) is not str:
+            raise CodecError("a message is not [tag, value, ...]")
+        name = m[0]
+        cls = self.own.get(name)
+        if cls is None:
+            raise UnknownMessageType(name)
+        declared = self.table.get(name)
+        if declared is None:
+            raise CodecError(f"message type {name!r} is used but not declared in the file")
+        version, fields = declared
+        if version > cls.MESSAGE_VERSION:  # type: ignore[attr-defined]
+            raise NewerSchemaVersion(name, version, cls.MESSAGE_VERSION)  # type: ignore[attr-defined]
+        values = m[1:]
+        if len(values) > len(fields):
+            raise CodecError(f"message type {name!r}: {len(values)} value(s) for {len(fields)} field(s)")
+        known = cls.__struct_fields__  # type: ignore[attr-defined]
+        unknown = [f for f in fields[: len(values)] if f not in known]
+        if unknown:
+            raise CodecError(f"message type {name!r} has no field(s) {', '.join(unknown)}")
+        hints = self._hints.get(cls)
+        if hints is None:
+            hints = self._hints[cls] = typing.get_type_hints(cls, localns={c.__name__: c for c in self.own.values()})
+        kwargs = {f: self._value(v, hints[f]) for f, v in zip(fields, values)}
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"message type {name!r}: {exc}") from exc
+
+    def _value(self, v: Any, tp: Any) -> Any:
+        """``v`` as a value of ``tp``: nested messages built, arrays as tuples, big ints read."""
+        if isinstance(v, msgspec.msgpack.Ext):
+            return decode_big_int(v.data) if v.code == _EXT_BIG_INT else v
+        if not isinstance(v, list):
+            return v
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            return self._message(v)
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+            for a in args:
+                if isinstance(a, type) and issubclass(a, msgspec.Struct):
+                    return self._message(v)
+                if typing.get_origin(a) is tuple:
+                    return self._value(v, a)
+            return tuple(v)
+        if origin is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(self._value(x, args[0]) for x in v)
+            return tuple(self._value(x, a) for x, a in zip(v, args))
+        return tuple(v)
