@@ -31,7 +31,7 @@ def sent(effects, kind):
     return [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, kind)]
 
 
-def test_a_fall_within_what_the_leases_spend_is_plausible_and_one_beyond_it_is_not() -> None:
+def test_a_fall_within_what_the_leases_spend_is_plausible_and_one_to_zero_beyond_it_is_not() -> None:
     leases = (lease(rate=10), lease("o1", rate=5, provider=OTHER, settled=T0 - timedelta(seconds=100)))
     ref = reference(account(100_000), leases, T0)
     assert ref is not None
@@ -39,6 +39,8 @@ def test_a_fall_within_what_the_leases_spend_is_plausible_and_one_beyond_it_is_n
     assert implausible_drop(ref, account(100_000 - 1_000), leases, T0 + timedelta(seconds=60)) is None
     why = implausible_drop(ref, account(0), leases, T0 + timedelta(seconds=60))
     assert why is not None and "umfx fell from 100000 to 0" in why
+    # a fall beyond the bound to a balance above zero is not doubted (see the module)
+    assert implausible_drop(ref, account(10), leases, T0 + timedelta(seconds=60)) is None
     # a balance that rose (credit funded) is never doubted
     assert implausible_drop(ref, account(200_000), leases, T0 + timedelta(seconds=1)) is None
 
