@@ -38,7 +38,8 @@ FAST_LISTENER = ListenerSettings(
 
 
 class Harness:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, parts: tuple[Any, ...] = (), **restored: Any) -> None:
+        """``parts``: more of the sidecar, started before the listener; ``restored``: what a restart hands it."""
         self.w = world
         self.deliveries: list[Delivery] = []
         self.dispatcher = ThreadedDispatcher(world.clock.now, workers=2, tap=self.deliveries.append)
@@ -50,8 +51,9 @@ class Harness:
             client=self.client,
             settings=config.scheduler,
             provider_uuid=PROVIDER,
-            extra=[lambda s: ListenerPart(s, world.devnet.websocket_url, _with_listener(config))],
+            extra=[*parts, lambda s: ListenerPart(s, world.devnet.websocket_url, _with_listener(config))],
             on_stop=[self.client.close],
+            **restored,
         )
         self.core = self.sidecar.scheduler_core
 
@@ -254,30 +256,15 @@ class BookedHarness(Harness):
         from actors.ledger_writer import start_ledger_writer
         from ledger.store import Ledger
 
-        self.w = world
-        self.ledger = Ledger.open(path, PROVIDER, synchronous="normal")
-        self.deliveries = []
-        self.dispatcher = ThreadedDispatcher(world.clock.now, workers=2, tap=self.deliveries.append)
-        self.client = world.client()
-        config = world.config
-        ledger = self.ledger
-        self.sidecar = Sidecar(
-            clock=world.clock,
-            dispatcher=self.dispatcher,
-            client=self.client,
-            settings=config.scheduler,
-            provider_uuid=PROVIDER,
+        self.ledger = ledger = Ledger.open(path, PROVIDER, synchronous="normal")
+        super().__init__(
+            world,
+            (lambda s: start_ledger_writer(s.router, world.clock, ledger, world.config.ledger),),
             restored=ledger.tenant_snapshots(),
             restored_lookups=ledger.withdraw_lookups(),
             restored_close_lookups=ledger.close_lookups(),
             leases_to_read=ledger.leases_to_read(),
-            extra=[
-                lambda s: start_ledger_writer(s.router, world.clock, ledger, config.ledger),
-                lambda s: ListenerPart(s, world.devnet.websocket_url, _with_listener(config)),
-            ],
-            on_stop=[self.client.close],
         )
-        self.core = self.sidecar.scheduler_core
 
     def booked(self, lease: str) -> list[tuple[str, int, int]]:
         """(denom, amount, at_us) of each close settlement of ``lease`` in the books."""
