@@ -36,6 +36,7 @@ from typing import Any, Callable, Protocol
 
 import msgspec
 
+from actors.write_ahead import WriteAhead
 from chain.answers import MalformedAnswer, check_answer
 from chain.client import ChainClient
 from chain.errors import ChainError, failure_from
@@ -104,6 +105,7 @@ class ChainIO(PooledActor):
         provider_uuid: str,
         reads: Executor,
         writes: Executor,
+        write_ahead: WriteAhead | None = None,
     ) -> None:
         super().__init__(dispatcher, CHAIN_IO)
         self.router = router
@@ -111,6 +113,8 @@ class ChainIO(PooledActor):
         self.provider_uuid = provider_uuid
         self.reads = reads
         self.writes = writes
+        #: where a tx's hash is made durable before its broadcast (None: the chain actor's fact only)
+        self.write_ahead = write_ahead
         self._in_flight = 0
         self._idle = threading.Condition()
         #: The delivery that asked for the call running on this thread (what its answers are caused by).
@@ -262,12 +266,16 @@ class ChainIO(PooledActor):
         active = {lease.uuid for lease in leases or ()}
         return CHAIN, LeaseCheckAnswered(m.round, m.batch, tuple(u for u in m.lease_uuids if u in active), error)
 
-    def _signed(self, told: Callable[[str], Any]) -> Callable[[str], None]:
-        """The client's ``signed``: each hash is kept for ``_write`` and told to the chain actor as ``told(hash)``."""
+    def _signed(self, told: Callable[[str], Any], ahead: Callable[[str], None] | None = None) -> Callable[[str], None]:
+        """The client's ``signed``: each hash is written ahead (``ahead``, raising ``ChainError`` when
+        the books cannot take it: the tx is not sent), kept for ``_write`` and told to the chain
+        actor as ``told(hash)``."""
         cause = self._calling.cause
         hashes: list[str] = self._calling.signed
 
         def signed(tx_hash: str) -> None:
+            if ahead is not None:
+                ahead(tx_hash)  # durable before the client broadcasts (actors.write_ahead)
             hashes.append(tx_hash)
             # Before the broadcast: the chain actor has the books write the tx ahead.
             with sending_as(CHAIN_IO, cause):
@@ -299,15 +307,23 @@ class ChainIO(PooledActor):
             error, may_have_committed=True, tx_hash=hashes[-1] if hashes else "", transient=True
         )
 
+    def _withdraw_ahead(self, cycle: int, page: int) -> Callable[[str], None] | None:
+        wa = self.write_ahead
+        return None if wa is None else lambda tx_hash: wa.withdraw(tx_hash, cycle, page)
+
     def _withdraw_page(self, m: WithdrawPageCall) -> tuple[str, Any]:
-        signed = self._signed(lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
+        signed = self._signed(
+            lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash), self._withdraw_ahead(m.cycle, m.page)
+        )
         page, error = self._write(
             "withdraw", lambda: self.client.withdraw_by_provider(self.provider_uuid, m.key, signed=signed), signs=True
         )
         return CHAIN, WithdrawPageAnswered(m.cycle, m.page, m.attempt, page, error)
 
     def _withdraw_leases(self, m: WithdrawLeasesCall) -> tuple[str, Any]:
-        signed = self._signed(lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash))
+        signed = self._signed(
+            lambda tx_hash: WithdrawTxSigned(m.cycle, m.page, m.attempt, tx_hash), self._withdraw_ahead(m.cycle, m.page)
+        )
         page, error = self._write(
             "withdraw_leases", lambda: self.client.withdraw_leases(m.lease_uuids, signed=signed), signs=True
         )
@@ -332,7 +348,11 @@ class ChainIO(PooledActor):
         return SCHEDULER, CloseSearchAnswered(m.lease_uuid, m.tenant, m.closed_at, m.attempt, outcome, error)
 
     def _close_batch(self, m: CloseBatchCall) -> tuple[str, Any]:
-        signed = self._signed(lambda tx_hash: CloseTxSigned(m.round, m.batch, tx_hash))
+        wa = self.write_ahead
+        signed = self._signed(
+            lambda tx_hash: CloseTxSigned(m.round, m.batch, tx_hash),
+            None if wa is None else lambda tx_hash: wa.close(tx_hash, m.reason, m.lease_uuids),
+        )
         outcome, error = self._write(
             "close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason, signed=signed), signs=True
         )

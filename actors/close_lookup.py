@@ -9,7 +9,9 @@ committed (``may_have_committed``, the client never saw the inclusion)
 hands the tx to the lookups instead (``begin``), and so does a restart for
 every tx a previous run left open (``restore``): a sidecar killed while its
 client waited for inclusion, the very moment a close is unknown, books it at
-its next start.
+its next start. chain-io writes the hash itself before the broadcast
+(``actors.write_ahead``), since the chain actor's fact reaches the ledger
+writer only later.
 
 A lookup asks the chain (``ChainClient.close_outcome``) on the withdraw
 lookups' schedule (``actors.withdraw_lookup.LOOKUP_DELAYS``): applied, the

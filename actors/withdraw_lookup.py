@@ -27,10 +27,9 @@ ledger fact, closed when the page's answer settles it (``settled``:
 booked, or refused before inclusion), kept when the answer hands the tx to
 the lookups. A sidecar that dies while the client waits, before any answer,
 thus looks the tx up at its next start instead of leaving its page out of
-the books. (What is left: a death between the signing and the ledger's
-next commit of that fact, which comes when the ledger's mailbox runs dry:
-milliseconds, up to about a second behind a large cycle's tenant states,
-where the client then waits a block or more for inclusion.)
+the books. That fact reaches the ledger writer asynchronously, so chain-io
+writes the hash itself before the broadcast (``actors.write_ahead``): a
+death between the signing and the writer's commit loses nothing either.
 
 Every method takes ``now`` and returns effects.
 """

@@ -563,8 +563,13 @@ class Ledger:
 
     def _close_lookup_opened(self, fact: CloseLookupOpened) -> None:
         by_tenant = json.dumps([[tenant, list(leases)] for tenant, leases in fact.by_tenant])
+        # chain-io writes a close ahead first (actors.write_ahead), without tenants; the chain
+        # actor's fact of the same tx follows with them: the first time is kept, its tenants taken.
+        known = all(tenant for tenant, _ in fact.by_tenant)
         self.conn.execute(
-            "INSERT OR IGNORE INTO close_lookups (tx_hash, reason, by_tenant, opened_at_us) VALUES (?, ?, ?, ?)",
+            "INSERT INTO close_lookups (tx_hash, reason, by_tenant, opened_at_us) VALUES (?, ?, ?, ?) "
+            + ("ON CONFLICT (tx_hash) DO UPDATE SET by_tenant = excluded.by_tenant, reason = excluded.reason"
+               if known else "ON CONFLICT (tx_hash) DO NOTHING"),
             (fact.tx_hash, fact.reason, by_tenant, to_us(fact.at)),
         )
 
@@ -639,8 +644,25 @@ class Ledger:
                 grouped = tuple((str(t), tuple(str(u) for u in leases)) for t, leases in json.loads(by_tenant))
             except (ValueError, TypeError) as exc:
                 raise LedgerError(f"{self.path}: close_lookups of tx {tx}: cannot be read: {exc}") from None
-            out.append(CloseLookupOpened(tx, reason, grouped, from_us(at)))
+            out.append(CloseLookupOpened(tx, reason, self._with_tenants(grouped), from_us(at)))
         return out
+
+    def _with_tenants(self, grouped: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """A close written ahead without its tenants (``actors.write_ahead``): each lease's tenant from
+        the books, grouped as a close round groups them; a lease the books do not know keeps none."""
+        if all(tenant for tenant, _ in grouped):
+            return grouped
+        by_tenant: dict[str, list[str]] = {}
+        with self._lock:
+            for tenant, leases in grouped:
+                for u in leases:
+                    if not tenant:
+                        row = self.conn.execute("SELECT tenant FROM leases WHERE uuid = ?", (u,)).fetchone()
+                        tenant_of = row[0] if row else ""
+                    else:
+                        tenant_of = tenant
+                    by_tenant.setdefault(tenant_of, []).append(u)
+        return tuple((t, tuple(us)) for t, us in by_tenant.items())
 
     def tenant_snapshots(self) -> list[TenantSnapshot]:
         """Every persisted tenant state, to restore the tenant actors at start."""

@@ -30,6 +30,7 @@ from actors.chain_io import ChainIO, Executor, InlineExecutor, pool
 from actors.scheduler import SchedulerActor
 from actors.scheduler_settings import SchedulerSettings
 from actors.shell import start_actor
+from actors.write_ahead import WriteAhead
 from chain.client import ChainClient
 from chain.events import lease_events_from_tx
 from chain.model import BillingModel, BlockEvents, TxEvents
@@ -100,6 +101,7 @@ class Sidecar:
         extra: Sequence[Callable[["Sidecar"], Any]] = (),
         on_stop: Sequence[Callable[[], None]] = (),
         start_monitor: Callable[[str], Any] | None = None,
+        write_ahead: WriteAhead | None = None,
     ) -> None:
         self.clock = clock
         self.dispatcher = dispatcher
@@ -120,6 +122,7 @@ class Sidecar:
             provider_uuid,
             reads or (InlineExecutor() if manual else pool(settings.max_queries_in_flight, "chain-read")),
             writes or (InlineExecutor() if manual else pool(1, "chain-tx")),
+            write_ahead,
         )
         self.chain = start_actor(self.router, ChainActor, dispatcher, self.router, clock, settings)
         self.scheduler = start_actor(

@@ -29,6 +29,7 @@ from typing import Any
 
 from actors.chain_io import InlineExecutor
 from actors.cores import billing_tick_interval
+from actors.write_ahead import WriteAhead
 from chain.faults import Faults
 from chain.model import BillingModel
 from chain.model_client import ModelChainClient
@@ -429,6 +430,8 @@ def build(
         leases_to_read=to_read,
         extra=parts,
         on_stop=[chain.client.close],
+        # A signed tx's hash is in the books before its broadcast, from the thread that sends it.
+        write_ahead=WriteAhead(ledger.record, clock) if ledger is not None else None,
     )
     running = Running(
         sidecar, dispatcher, chain.model, chain.world, chain.faults, ledger, capture, len(restored),
