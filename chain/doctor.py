@@ -21,7 +21,11 @@ what it found:
    at least the node's minimum where the node says it
    (``cosmos.base.node.v1beta1.Service/Config``): a simulation alone never
    checks the fee against it;
-9. ``websocket``: the provider's subscriptions (``chain.ws_query.provider_queries``) are accepted.
+9. ``read heights``: a billing query's answer carries the height it was
+   answered at (the ``x-cosmos-block-height`` header an SDK node sets):
+   without it a read from a node further behind cannot be told from a
+   fresh one, so the sidecar's stale-read guard has nothing to compare;
+10. ``websocket``: the provider's subscriptions (``chain.ws_query.provider_queries``) are accepted.
 
 A check that needs one that failed is not run ("skip"). Nothing is
 broadcast: the simulation is the only tx, and it is never sent.
@@ -38,8 +42,10 @@ from typing import Any, Callable
 import grpc
 
 import cosmpy.protos  # noqa: F401  (puts cosmpy's generated packages on sys.path first)
-from chain.billing_pb import tx_pb2 as billing_tx
+from chain.billing_pb import query_pb2 as billing_query, query_pb2_grpc as billing_grpc, tx_pb2 as billing_tx
+from chain.billing_pb import types_pb2 as billing_types
 from chain.billing_codec import time_from_proto
+from chain.cosmpy_client import BLOCK_HEIGHT_HEADER, block_height_header
 from chain.errors import BILLING, ChainError
 from chain.keys import KeyLoadError, ProviderKey, load_provider_key
 from chain.sku_pb import query_pb2 as sku_query, query_pb2_grpc as sku_grpc
@@ -47,6 +53,7 @@ from chain.ws_events import MalformedFrame, Reply, decode_frame
 from chain.ws_query import provider_queries
 from cosmpy.aerial.urls import parse_url
 from cosmpy.protos.cosmos.auth.v1beta1 import query_pb2 as auth_query, query_pb2_grpc as auth_grpc
+from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.node.v1beta1 import query_pb2 as node_query, query_pb2_grpc as node_grpc
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
@@ -128,8 +135,11 @@ class NodeDoctor:
             if reachable:
                 self._synced(channel, checks)
                 self._tx_index(channel, checks)
+                self._read_heights(channel, checks)
             else:
-                checks += _skipped("not checked: the gRPC endpoint does not answer", "chain id", "synced", "tx index")
+                checks += _skipped(
+                    "not checked: the gRPC endpoint does not answer", "chain id", "synced", "tx index", "read heights"
+                )
             key = self._key(checks)
             if not reachable or key is None:
                 why = "the gRPC endpoint does not answer" if not reachable else "the key did not load"
@@ -191,6 +201,24 @@ class NodeDoctor:
                 checks.append(Check("tx index", False, f"a tx could not be looked up ({_status_detail(exc)})"))
             return
         checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
+
+    def _read_heights(self, channel: grpc.Channel, checks: list[Check]) -> None:
+        request = billing_query.QueryLeasesByProviderRequest(
+            provider_uuid=self.provider_uuid, pagination=pagination_pb2.PageRequest(limit=1),
+            state_filter=billing_types.LEASE_STATE_ACTIVE,
+        )
+        try:
+            _, call = billing_grpc.QueryStub(channel).LeasesByProvider.with_call(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            checks.append(Check("read heights", False, f"the provider's leases could not be read ({_status_detail(exc)})"))
+            return
+        height = block_height_header(call.initial_metadata() or ())
+        if not height:
+            checks.append(Check("read heights", False, f"the node's answers carry no {BLOCK_HEIGHT_HEADER} header: "
+                                "a read from a node further behind cannot be told from a fresh one (behind a load "
+                                "balancer, point [node] grpc_url at one node, or at a proxy that passes the header on)"))
+            return
+        checks.append(Check("read heights", True, f"answers say the height they were read at ({BLOCK_HEIGHT_HEADER}: {height})"))
 
     def _key(self, checks: list[Check]) -> ProviderKey | None:
         source = f"key file {self.key_file}" if self.key_file else f"environment variable {self.node.key_env}"

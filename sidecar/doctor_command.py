@@ -23,10 +23,11 @@ __all__ = ["add_command"]
 def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "doctor",
-        help="check the configuration against its node: endpoints, chain id, sync, key, account, provider, fee, websocket",
+        help="check the configuration against its node: endpoints, chain id, sync, tx index, read heights, key, account, provider, fee, websocket",
         description=(
             "Check the configuration against the node it names, one line per check: the gRPC endpoint answers, "
-            "its chain id is [chain] chain_id, it is synced, the provider key loads and its account exists, "
+            "its chain id is [chain] chain_id, it is synced, it keeps a tx index, its answers carry the height they "
+            "were read at, the provider key loads and its account exists, "
             "[provider] uuid is registered to that account, a MsgWithdraw simulates with the configured fee "
             "(and the gas price is at least the node's minimum), and the websocket accepts the provider's "
             "subscriptions. Nothing is broadcast. With [chain] mode = \"devnet\" the embedded devnet is started "

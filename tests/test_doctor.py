@@ -38,7 +38,9 @@ def doctor(w: World, **changes) -> dict[str, tuple[bool | None, str]]:  # type: 
 
 def test_a_healthy_node_passes_every_check_and_the_key_is_never_shown(world: World) -> None:
     checks = doctor(world)
-    assert list(checks) == ["grpc", "chain id", "synced", "tx index", "key", "account", "provider", "fee", "websocket"]
+    assert list(checks) == [
+        "grpc", "chain id", "synced", "tx index", "read heights", "key", "account", "provider", "fee", "websocket"
+    ]
     assert all(ok for ok, _ in checks.values()), checks
     assert checks["provider"][1].startswith(f"{PROVIDER} is registered to {world.devnet.provider_address}, active")
     assert "the node's minimum is 0.000025umfx" in checks["fee"][1]
@@ -59,6 +61,10 @@ def test_what_is_wrong_is_named_check_by_check(world: World) -> None:
     world.node.set_tx_index("null")
     assert doctor(world)["tx index"][0] is False and "keeps no tx index" in doctor(world)["tx index"][1]
     world.node.set_tx_index("kv")
+    assert doctor(world)["read heights"][0] is True
+    world.devnet.faults.height_header = False  # a proxy in front of the node that drops the header
+    heights = doctor(world)["read heights"]
+    assert heights[0] is False and "carry no x-cosmos-block-height header" in heights[1]
 
 
 def test_an_unreachable_node_fails_and_skips_what_needs_it(world: World, tmp_path: Path) -> None:
@@ -68,7 +74,7 @@ def test_an_unreachable_node_fails_and_skips_what_needs_it(world: World, tmp_pat
     checks = doctor(world, grpc_url=f"grpc+http://127.0.0.1:{port}", websocket_url=f"ws://127.0.0.1:{port}/websocket",
                     node={"query_timeout": timedelta(seconds=1)})
     assert checks["grpc"][0] is False and "does not answer (UNAVAILABLE" in checks["grpc"][1]
-    assert [checks[n][0] for n in ("chain id", "synced", "tx index", "account", "provider", "fee")] == [None] * 6
+    assert [checks[n][0] for n in ("chain id", "synced", "tx index", "read heights", "account", "provider", "fee")] == [None] * 7
     assert checks["key"][0] is True and checks["websocket"][0] is False
     missing = doctor(world, key_file=str(tmp_path / "nope.key"))
     assert missing["key"][0] is False and "nope.key" in missing["key"][1] and missing["account"][0] is None
@@ -85,10 +91,10 @@ def test_the_command_prints_one_line_per_check_and_exits_non_zero_on_a_failure(w
                          capture_output=True, text=True, timeout=120)
     lines = out.stdout.splitlines()
     assert out.returncode == 1, out.stdout + out.stderr
-    assert len([line for line in lines if line.startswith(("ok  ", "FAIL", "skip"))]) == 9
+    assert len([line for line in lines if line.startswith(("ok  ", "FAIL", "skip"))]) == 10
     assert "FAIL  chain id: the node is on 'leasewarden-devnet', [chain] chain_id is 'not-this-chain'" in lines
     # by the wall clock a node mode doctor goes by, the world's blocks (on its manual clock, in March 2026) are old
-    assert lines[-1] == "2 of 9 checks did not pass: chain id, synced"
+    assert lines[-1] == "2 of 10 checks did not pass: chain id, synced"
 
 
 def test_min_gas_prices_reads_a_nodes_list() -> None:
