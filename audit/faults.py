@@ -20,7 +20,7 @@ from typing import Iterable
 from audit.world import CloseJudge, ExhaustionWatch, JudgedClose
 
 __all__ = [
-    "Interval", "deadline", "merge", "Books", "compare_books", "count_tracebacks", "fault_times",
+    "Interval", "counted", "deadline", "merge", "Books", "compare_books", "count_tracebacks", "fault_times",
     "Lateness", "lateness", "landed_closes", "when", "TRACEBACK",
 ]
 
@@ -39,6 +39,16 @@ def deadline(start: datetime, allowed: timedelta, paused: Iterable[Interval]) ->
             break
         end += b - a if a >= start else b - start
     return end
+
+
+def counted(start: datetime, end: datetime, paused: Iterable[Interval]) -> timedelta:
+    """The time from ``start`` to ``end`` that counts: the stretches in ``paused`` taken out."""
+    out = end - start
+    for a, b in merge(paused):
+        lo, hi = max(a, start), min(b, end)
+        if hi > lo:
+            out -= hi - lo
+    return out
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
@@ -117,13 +127,16 @@ class Lateness:
     #: late, but the chain's own auto-close ended them (a tx of anyone's touched the tenant first)
     chain_first: int = 0
     on_time: int = 0
+    #: of the depletions closed on time, the longest time that counts (``counted``) to the close
     slowest: timedelta = timedelta(0)
+    #: and the longest from exhaustion to close, paused stretches included
+    slowest_in_all: timedelta = timedelta(0)
     details: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{len(self.late)}   (chain closed first: {self.chain_first}; of {self.episodes} depletions, "
-                f"{self.on_time} closed on time, slowest {self.slowest.total_seconds():.0f}s; allowed "
-                f"{self.allowed.total_seconds():.0f}s of uptime)")
+                f"{self.on_time} closed on time, slowest {self.slowest.total_seconds():.0f}s of uptime "
+                f"({self.slowest_in_all.total_seconds():.0f}s in all); allowed {self.allowed.total_seconds():.0f}s of uptime)")
 
 
 def lateness(
@@ -140,7 +153,8 @@ def lateness(
         if (closed or stopped) <= due:
             if closed is not None:
                 result.on_time += 1
-                result.slowest = max(result.slowest, closed - e.start)
+                result.slowest = max(result.slowest, counted(e.start, closed, paused))
+                result.slowest_in_all = max(result.slowest_in_all, closed - e.start)
             continue
         if closed is not None and e.lease_uuid not in closed_by_us:
             result.chain_first += 1

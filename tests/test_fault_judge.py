@@ -7,7 +7,7 @@ import random
 from datetime import timedelta
 from types import SimpleNamespace
 
-from audit.faults import compare_books, count_tracebacks, deadline, fault_times, landed_closes, lateness, merge
+from audit.faults import compare_books, count_tracebacks, counted, deadline, fault_times, landed_closes, lateness, merge
 from audit.world import Episode, JudgedClose
 from runtime.clock import utc
 
@@ -26,6 +26,14 @@ def test_a_deadline_is_its_allowance_of_time_that_counts() -> None:
     assert deadline(T0, allowed, [(T0 + 7 * MIN, T0 + 9 * MIN)]) == T0 + 6 * MIN
     assert deadline(T0, allowed, [(T0 + MIN, T0 + 3 * MIN), (T0 + 7 * MIN, T0 + 8 * MIN)]) == T0 + 9 * MIN
     assert deadline(T0, allowed, [(T0 - 5 * MIN, T0 - MIN)]) == T0 + 6 * MIN
+
+
+def test_the_time_that_counts_leaves_out_each_pause_once() -> None:
+    pauses = [(T0 + MIN, T0 + 3 * MIN), (T0 + 2 * MIN, T0 + 4 * MIN), (T0 - MIN, T0 + timedelta(seconds=30))]
+    # 10 minutes, of which 0:00-0:30 and 1:00-4:00 paused.
+    assert counted(T0, T0 + 10 * MIN, pauses) == 10 * MIN - 30 * timedelta(seconds=1) - 3 * MIN
+    assert counted(T0, T0 + 10 * MIN, []) == 10 * MIN
+    assert counted(T0 + 5 * MIN, T0 + 6 * MIN, pauses) == MIN
 
 
 def test_overlapping_pauses_count_once() -> None:
@@ -80,7 +88,8 @@ def test_lateness_tells_late_from_on_time_and_from_the_chains_own_closes() -> No
     result = lateness(watch, ours, {}, 6 * MIN, [(T0 + 21 * MIN, T0 + 25 * MIN)], stopped)  # type: ignore[arg-type]
     assert result.late == ["late-ours", "open"]
     assert result.chain_first == 1 and result.on_time == 2 and result.episodes == 5
-    assert result.slowest == 9 * MIN
+    # "paused" took 9 minutes, 5 of them counted: "on-time" (5, nothing paused) is as slow.
+    assert result.slowest == 5 * MIN and result.slowest_in_all == 9 * MIN
     assert "still open" in result.details[1]
 
 
