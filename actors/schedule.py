@@ -51,6 +51,7 @@ from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
 from actors.lease_reads import LeaseReads
 from actors.scheduler_settings import SchedulerSettings
+from chain.model import MAX_BATCH_LEASE_SIZE
 from messages.chain import Lease
 from messages.chain_actor import (
     ActiveLeasesCall,
@@ -87,8 +88,10 @@ from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 
 __all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake", "MAX_ALONE"]
 
-#: Leases a cycle asks to be withdrawn alone at most: each is a paid tx of its
-#: own, and a cycle must stay a bounded number of txs whatever the tenants do.
+#: Leases near the end of their credit a cycle asks to be withdrawn alone at
+#: most, beyond the one each named batch carries (``actors.withdraw_cycle``):
+#: each is a paid tx of its own, and a cycle must stay a bounded number of
+#: txs whatever the tenants do.
 MAX_ALONE = 50
 
 
@@ -329,9 +332,10 @@ class SchedulerDecisions:
         return out
 
     def _near_the_end(self, now: datetime) -> tuple[str, ...]:
-        """Leases of tenants whose credit runs out before the next check, or is gone: withdrawn
-        alone where leases go by name, so that what an auto-close moves is known (see
-        ``actors.withdraw_cycle``). At most ``MAX_ALONE`` of them, soonest first."""
+        """Leases of tenants whose credit runs out before the next check, or is gone: never two
+        in one named withdraw, so that what an auto-close moves is known (see
+        ``actors.withdraw_cycle``). Soonest first, as many as the named batches of every
+        lease carry one each, and ``MAX_ALONE`` more."""
         horizon = now + self.settings.check_interval
         near = sorted(
             (e.depletion_at or now, u)
@@ -339,7 +343,9 @@ class SchedulerDecisions:
             if e.recheck_at is not None or (e.depletion_at is not None and e.depletion_at <= horizon)
             for u in e.leases
         )
-        return tuple(sorted(u for _, u in near[:MAX_ALONE]))
+        leases = sum(len(e.leases) for e in self.tenants.values())
+        batches = -(-leases // (MAX_BATCH_LEASE_SIZE - 1))
+        return tuple(sorted(u for _, u in near[: batches + MAX_ALONE]))
 
     def _current(self, cycle: int, phase: str) -> Cycle | None:
         c = self.cycle

@@ -14,11 +14,15 @@ does). Then it reaches every active lease one of two ways (CHAIN-VERSIONS.md
   lease that a page or batch settles leaves them.
 - **without it** (v2.1.0, whose provider-wide call restarts at the first
   lease every time, ``has_more`` stuck true): the ACTIVE leases are listed
-  and withdrawn by name, at most ``MAX_BATCH_LEASE_SIZE`` a tx, and each
-  lease near the end of its credit in a tx of its own (``alone``: v2.1.0
-  books an auto-close in a named withdraw as amount 0, and only a lease
-  alone in its tx has the tx's total as its own). A batch that fails for a
-  reason of its own is split until the failing lease stands alone.
+  and withdrawn by name, at most ``MAX_BATCH_LEASE_SIZE`` a tx, and no two
+  leases near the end of their credit (``alone``) in one tx: v2.1.0 books an
+  auto-close in a named withdraw as amount 0, and what the tx's total holds
+  beyond its events is a lease's own only when that lease is the tx's one
+  auto-close. So each batch of the others carries one of them (a tx of 99
+  others and one near its end), and those left over go in a tx of their
+  own: at 10,000 leases a cycle's hundred batches carry a hundred of them
+  at no extra tx. A batch that fails for a reason of its own is split until
+  the failing lease stands alone.
 
 A cycle that stops at the bound leaves a ``WithdrawResume``: the next cycle
 goes on from there (the ``next_key`` the chain returned, or the first lease
@@ -78,7 +82,7 @@ from actors.effects import Effect, Note, Send
 from actors.withdraw_failures import FailingLeases
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER
 
-__all__ = ["WithdrawCycle", "WithdrawResume", "backoff_delay", "page_to_ledger"]
+__all__ = ["WithdrawCycle", "WithdrawResume", "backoff_delay", "named_batches", "page_to_ledger"]
 
 #: A page answered with neither a result nor an error: it may have been sent.
 _NO_ANSWER = ChainFailure(
@@ -119,6 +123,17 @@ class WithdrawResume:
 
     key: bytes = b""
     lease: str = ""
+
+
+def named_batches(rest: list[str], near: list[str]) -> list[tuple[str, ...]]:
+    """The named withdraws of a cycle: ``rest`` in batches, each with at most one lease of ``near``
+    (last, so that a batch still starts where a resume points); the ``near`` left over alone, first."""
+    size = MAX_BATCH_LEASE_SIZE - 1 if near else MAX_BATCH_LEASE_SIZE
+    batches = [rest[i : i + size] for i in range(0, len(rest), size)]
+    riding = near[: len(batches)]
+    for batch, u in zip(batches, riding):
+        batch.append(u)
+    return [(u,) for u in near[len(riding):]] + [tuple(b) for b in batches]
 
 
 class WithdrawCycle:
@@ -194,11 +209,11 @@ class WithdrawCycle:
                     self.cursor = True  # field 16 is newer than the cursor: the current chain
                 return self._next_page()
         uuids = sorted(lease.uuid for lease in message.leases)
-        alone = [(u,) for u in uuids if u in self.alone]
+        near = [u for u in uuids if u in self.alone]
         rest = [u for u in uuids if u not in self.alone]
         if self.resume.lease:  # from where the previous cycle stopped, round to the start
             rest = [u for u in rest if u >= self.resume.lease] + [u for u in rest if u < self.resume.lease]
-        self.queue = alone + [tuple(rest[i : i + MAX_BATCH_LEASE_SIZE]) for i in range(0, len(rest), MAX_BATCH_LEASE_SIZE)]
+        self.queue = named_batches(rest, near)
         self.phase = "named"
         return out + self._next_batch(now)
 

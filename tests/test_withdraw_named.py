@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from actors.effects import Note, Send
-from actors.withdraw_cycle import WithdrawCycle
+from actors.withdraw_cycle import WithdrawCycle, named_batches
 from actors.withdraw_failures import FIRST_RETRY, MAX_RETRIES_PER_CYCLE, FailingLeases
 from chain.errors import BILLING, NO_WITHDRAWABLE
 from chain.model import MAX_BATCH_LEASE_SIZE
@@ -137,11 +137,23 @@ def test_a_page_with_a_key_confirms_the_cursor_and_the_key_is_threaded() -> None
     assert call.key == b"k1" and c.cursor is True
 
 
-def test_leases_near_their_runway_are_withdrawn_each_in_a_tx_of_its_own_first() -> None:
+def test_leases_near_their_runway_ride_one_per_batch_and_the_rest_of_them_go_alone_first() -> None:
     leases = [lease(i) for i in range(6)]
     c, out = named(leases, alone=("L0003", "L0005"))
     calls, _ = drive(c, out, lambda call: answer(call, settled(len(call.lease_uuids))))
-    assert [call.lease_uuids for call in calls] == [("L0003",), ("L0005",), ("L0000", "L0001", "L0002", "L0004")]
+    # One batch of the others: it carries the first; the second has no batch left and goes alone.
+    assert [call.lease_uuids for call in calls] == [("L0005",), ("L0000", "L0001", "L0002", "L0004", "L0003")]
+
+
+def test_no_named_batch_holds_two_leases_near_their_runway() -> None:
+    rest = [f"R{i:04d}" for i in range(250)]
+    near = [f"N{i:04d}" for i in range(5)]
+    batches = named_batches(rest, near)
+    assert [len(b) for b in batches] == [1, 1, 100, 100, 53]  # 99, 99 and 52 others, and one near each
+    assert all(sum(u.startswith("N") for u in b) <= 1 for b in batches)
+    assert sorted(u for b in batches for u in b) == sorted(rest + near)  # each lease once
+    assert all(b[0].startswith("R") for b in batches[2:])  # a batch starts where a resume points
+    assert [len(b) for b in named_batches(rest, [])] == [100, 100, 50]
 
 
 def test_a_failing_batch_is_split_until_the_failing_lease_stands_alone_and_the_rest_are_withdrawn() -> None:
