@@ -12,8 +12,8 @@ together are refused. ``auth/Account`` tells a credit address's kind: on the
 current chain B is the *spendable* balance (2.4), and a vesting account at a
 credit address is what makes it differ from the raw one ``DenomOwners`` lists.
 
-The wire tests run against the devnet over gRPC, the paging tests on the model;
-every test runs on both versions.
+The wire tests run against the devnet over gRPC, the paging tests on the model,
+and both clients are read on the same world; every test runs on both versions.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 from chain.billing_pb import query_pb2
 from chain.errors import QueryRefused
 from chain.model import PageRequest
+from chain.model_client import ModelChainClient
 from cosmpy.protos.cosmos.auth.v1beta1 import query_pb2 as auth_query
 from cosmpy.protos.cosmos.bank.v1beta1 import query_pb2 as bank_query, query_pb2_grpc as bank_grpc
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
@@ -146,3 +147,44 @@ def test_2_8_denom_owners_never_lists_a_zero_balance() -> None:
     assert set(holders) == {m.credit_account(rich)[0].credit_address}
     with pytest.raises(QueryRefused):
         m.denom_owners("")
+
+
+# -- both clients, one world ----------------------------------------------------------------------
+
+def test_both_clients_read_the_same_listings_with_their_heights(world: World) -> None:
+    tenants = [world.tenant(f"t{i}") for i in range(3)]
+    for t in tenants:
+        world.lease(t)
+        world.lease(t, provider=OTHER_PROVIDER)
+    cosmpy = world.client()
+    model = ModelChainClient(world.model, PROVIDER, world.devnet.provider_address, page_size=2)
+    try:
+        for client in (cosmpy, model):
+            other = client.leases_by_provider(OTHER_PROVIDER)
+            assert sorted(lease.tenant for lease in other.leases) == sorted(tenants)
+            assert 0 < other.height <= other.top_height
+            accounts = client.credit_accounts()
+            assert sorted(a.tenant for a in accounts.accounts) == sorted(tenants)
+            assert all(a.balances == () and a.active_lease_count == 2 for a in accounts.accounts)
+            holders = dict(client.denom_owners("umfx").balances)
+            assert holders == {a.credit_address: world.model.balance(a.tenant)["umfx"] for a in accounts.accounts}
+            assert client.account_kind(accounts.accounts[0].credit_address) == "base"
+            assert client.account_kind(world.model.credit_address(addr("nobody"))) == ""
+    finally:
+        cosmpy.close()
+
+
+def test_a_bulk_listing_that_is_not_one_is_a_failed_call() -> None:
+    from chain.answers import MalformedAnswer, check_answer
+    from chain.client import AccountListing, HolderListing
+
+    check_answer("denom_owners", HolderListing("umfx", (("manifest1a", 3),), 5, 6))
+    for op, answer in (
+        ("denom_owners", HolderListing("umfx", (("manifest1a", -3),), 5, 6)),  # not an amount
+        ("denom_owners", HolderListing("umfx", (), 6, 5)),  # its highest page below its lowest
+        ("credit_accounts", AccountListing(("not an account",), 5, 5)),  # type: ignore[arg-type]
+        ("leases_by_provider", HolderListing("umfx", ())),  # a listing of holders, not of leases
+        ("account_kind", None),
+    ):
+        with pytest.raises(MalformedAnswer):
+            check_answer(op, answer)
