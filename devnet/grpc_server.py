@@ -38,7 +38,8 @@ newer than the state answered), as a Cosmos SDK node sets it on every query.
 
 ``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
 at random, the next N times, or always for given tenants with UNAVAILABLE
-(the demo's tenants whose credit reads fail), and can *lose a response*:
+(the demo's tenants whose credit reads fail; ``CreditAccounts`` then leaves
+their accounts out), and can *lose a response*:
 run the call, then answer UNAVAILABLE, as when a connection drops after
 the node accepted a tx. Two faults make a node lie while it says it is
 synced (``[devnet] stale_read_rate`` and ``zero_read_rate``):
@@ -210,6 +211,8 @@ class GrpcFaults(grpc.ServerInterceptor):
             response = inner(request, context)
             if lose:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"devnet: connection lost after {method}")
+            if method == "CreditAccounts" and self._fail_for.get("CreditAccount"):
+                response = _without(response, self._fail_for["CreditAccount"])
             if method in STALE_METHODS:
                 height, response = self._as_of(method, request, height, response, stale)
             if zero:
@@ -256,6 +259,16 @@ def _zero_balances(response):
     del zeroed.balances[:]
     del zeroed.available_balances[:]
     return zeroed
+
+
+def _without(response, tenants: frozenset[str]):
+    """A ``CreditAccounts`` page without the accounts of ``tenants``: a node that cannot answer a tenant's
+    account (``fail_for``) cannot list it either, so the demo's failing tenant fails in bulk reads too."""
+    kept = type(response)()
+    kept.CopyFrom(response)
+    del kept.credit_accounts[:]
+    kept.credit_accounts.extend(a for a in response.credit_accounts if a.tenant not in tenants)
+    return kept
 
 
 def _subject(request) -> str:

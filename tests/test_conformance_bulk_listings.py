@@ -188,3 +188,14 @@ def test_a_bulk_listing_that_is_not_one_is_a_failed_call() -> None:
     ):
         with pytest.raises(MalformedAnswer):
             check_answer(op, answer)
+
+
+def test_the_devnets_read_faults_reach_the_bulk_listings(world: World, raw: Raw) -> None:
+    """Not a chain fact: the devnet's faults (``GrpcFaults``), so that bulk reads meet what own reads meet."""
+    ok, broken = world.tenant("ok"), world.tenant("broken")
+    world.devnet.faults.fail_for("CreditAccount", frozenset({broken}))
+    listed = [a.tenant for a in raw.billing.CreditAccounts(query_pb2.QueryCreditAccountsRequest()).credit_accounts]
+    assert listed == [ok]  # a node that cannot answer its account does not list it
+    world.devnet.faults.zero_reads(1.0)
+    owners = _bank(raw).DenomOwners(bank_query.QueryDenomOwnersRequest(denom="umfx")).denom_owners
+    assert len(owners) == 2 and {o.balance.amount for o in owners} == {"0"}
