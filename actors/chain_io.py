@@ -10,6 +10,13 @@ tenants one at a time; at 2,000 tenants and a few ms per query that is the
 difference between seconds and a minute). Transactions run on one thread:
 one signer, one account sequence, one writer.
 
+A check cycle's credit reads (``CreditReadsCall``) are read in bulk where
+that costs fewer calls than one read per tenant: the listings of the other
+providers our tenants share, every credit account and each denom's holders,
+composed per tenant as ``actors.credit_bulk`` says they may be; a tenant they
+do not hold whole is read on its own, as is every tenant when the listings
+fail or were answered out of order.
+
 Every call is answered, whatever happens (supervision, ``runtime.supervision``):
 
 - a client that answers nothing and raises nothing, or answers something
@@ -36,11 +43,12 @@ from typing import Any, Callable, Protocol
 
 import msgspec
 
+from actors.credit_bulk import compose, in_order, isolated, page_estimate, relevant_denoms
 from actors.write_ahead import WriteAhead
 from chain.answers import MalformedAnswer, check_answer
-from chain.client import ChainClient
+from chain.client import ChainClient, HolderListing, Listing
 from chain.errors import ChainError, failure_from
-from messages.chain import ChainFailure, Lease
+from messages.chain import ChainFailure, CreditAccount, Lease
 from messages.chain_actor import (
     ActiveLeasesCall,
     CloseBatchAnswered,
@@ -123,6 +131,18 @@ class ChainIO(PooledActor):
         #: returned them: a tenant's credit read asks for the tenant's own leases only where
         #: its account counts others (``_credit``). Replaced whole by each listing.
         self._listed: dict[str, tuple[Lease, ...]] = {}
+        #: (lowest, highest) height of that listing's pages; None: no listing with heights yet
+        self._listed_at: tuple[int, int] | None = None
+        #: What the bulk reads learn and plan on, shared by the read threads (``_state``):
+        #: other provider -> our tenants seen with a lease of it (its listing is read when it pays);
+        self._sharing: dict[str, set[str]] = {}
+        #: a part of a bulk read ("accounts", "denom:D", "provider:P") -> the rows it last listed;
+        self._rows: dict[str, int] = {}
+        #: credit address -> its account kind, once ``account_kind`` said (a kind never changes back);
+        self._kinds: dict[str, str] = {}
+        #: tenant -> the denoms its last own read showed (a bulk read shows the same ones).
+        self._shown: dict[str, frozenset[str]] = {}
+        self._state = threading.Lock()
         self._handlers: dict[type, tuple[Executor, Callable[[Any], tuple[str, Any]]]] = {
             CreditCall: (reads, self._credit),
             ActiveLeasesCall: (reads, self._active_leases),
@@ -140,9 +160,13 @@ class ChainIO(PooledActor):
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, CreditReadsCall):
-            # One read per tenant, each its own call on the bounded pool.
-            for tenant in message.tenants:
-                self._submit(self.reads, self._credit, CreditCall(message.cycle, tenant))
+            providers = self._bulk_plan(message.tenants)
+            if providers is None:
+                # One read per tenant, each its own call on the bounded pool.
+                for tenant in message.tenants:
+                    self._submit(self.reads, self._credit, CreditCall(message.cycle, tenant))
+            else:
+                self._submit_task(lambda cause: self._bulk(message, providers, cause))
             return
         try:
             executor, handler = self._handlers[type(message)]
@@ -150,8 +174,11 @@ class ChainIO(PooledActor):
             raise TypeError(f"chain-io cannot handle {type(message).__name__}") from None
         self._submit(executor, handler, message)
 
-    def _submit(self, executor: Executor, handler: Callable[[Any], tuple[str, Any]], message: Any) -> None:
-        _, cause = current_sender()
+    def _submit(
+        self, executor: Executor, handler: Callable[[Any], tuple[str, Any]], message: Any, cause: int | None = None
+    ) -> None:
+        if cause is None:
+            _, cause = current_sender()
         with self._idle:
             self._in_flight += 1
         try:
@@ -175,6 +202,23 @@ class ChainIO(PooledActor):
         except Exception as exc:  # not even a failure could be sent (a router that is gone): counted, logged
             self.dispatcher.supervisor.failed(self.address, message, cause, exc, what="could not send the answer to")
         finally:
+            self._done()
+
+    def _submit_task(self, task: Callable[[int], None]) -> None:
+        """Run ``task(cause)`` on the read pool, counted in flight like a call; it answers on its own."""
+        _, cause = current_sender()
+        with self._idle:
+            self._in_flight += 1
+
+        def run() -> None:
+            try:
+                task(cause)
+            finally:
+                self._done()
+
+        try:
+            self.reads.submit(run)
+        except RuntimeError:  # executor shut down: we are stopping
             self._done()
 
     def _bug(self, message: Any, exc: Exception) -> ChainFailure:
@@ -226,26 +270,153 @@ class ChainIO(PooledActor):
             return to, CreditReadFailed(m.cycle, error)
         listed = None if m.full else self._listed.get(m.tenant)
         if listed is not None and account.active_lease_count == len(listed):
-            # The listing carries no height: the account's stands for the read. Its
-            # leases decide credit to spare only, which closes nothing; anything else
-            # is read again in full, at both parts' heights.
+            # The listing's height is older than the account's: the account's stands for
+            # the read. Its leases decide credit to spare only, which closes nothing;
+            # anything else is read again in full, at both parts' heights.
+            self._learn(m.tenant, account, listed)
             return to, CreditRead(m.cycle, account, leases=listed, leases_listed=True, height=account.height)
         listing, error = _attempt("leases_by_tenant", lambda: self.client.leases_by_tenant(m.tenant))
         if error is not None:
             return to, CreditReadFailed(m.cycle, error)
+        self._learn(m.tenant, account, listing.leases)
         # The read is as old as its older part; a part of unknown height makes it unknown.
         height = min(account.height, listing.height) if account.height and listing.height else 0
         return to, CreditRead(m.cycle, account, leases=listing.leases, height=height)
 
+    def _learn(self, tenant: str, account: CreditAccount, leases: tuple[Lease, ...]) -> None:
+        """What a tenant's own read tells the bulk reads: the providers it shares, the denoms it shows,
+        and (once, on the current chain) what kind of account its credit address is."""
+        with self._state:
+            for lease in leases:
+                if lease.provider_uuid != self.provider_uuid:
+                    self._sharing.setdefault(lease.provider_uuid, set()).add(tenant)
+            self._shown[tenant] = frozenset(c.denom for c in account.balances)
+            known = account.credit_address in self._kinds
+        if not known and account.credit_address and isolated(leases):
+            kind, error = _attempt("account_kind", lambda: self.client.account_kind(account.credit_address))
+            if error is None and kind:  # no account there yet: asked again at the next read
+                with self._state:
+                    self._kinds[account.credit_address] = kind
+
+    # -- bulk credit reads (actors.credit_bulk) --------------------------------------
+    def _bulk_plan(self, tenants: tuple[str, ...]) -> list[str] | None:
+        """The other providers to list when reading ``tenants`` in bulk costs fewer calls than one read
+        each (the parts' sizes as last listed; a part never listed counted as one row per tenant),
+        or None to read each on its own."""
+        if self._listed_at is None or not tenants:
+            return None
+        wanted = set(tenants)
+        lease_page = getattr(self.client, "page_size", 100) or 100
+        with self._state:
+            rows = self._rows
+            providers = []
+            cost = page_estimate(rows.get("accounts", len(tenants)))
+            for provider, sharing in self._sharing.items():
+                pages = page_estimate(rows.get(f"provider:{provider}", len(sharing)), lease_page)
+                if pages <= len(sharing & wanted):  # each tenant it holds saves a call at least
+                    providers.append(provider)
+                    cost += pages
+            denoms = {item.locked_price.denom for t in tenants for lease in self._listed.get(t, ()) for item in lease.items}
+            cost += sum(page_estimate(rows.get(f"denom:{d}", len(tenants))) for d in denoms)
+        return sorted(providers) if cost < len(tenants) else None
+
+    def _bulk(self, m: CreditReadsCall, providers: list[str], cause: int) -> None:
+        """Read ``m``'s tenants in bulk; answer each composed read, and read every other tenant on its own."""
+        try:
+            reads, alone = self._bulk_reads(m, providers)
+        except Exception as exc:  # a bug here: every tenant is still read, on its own
+            self.dispatcher.supervisor.failed(self.address, m, cause, exc, what="could not read in bulk")
+            reads, alone = {}, list(m.tenants)
+        for tenant, read in reads.items():
+            try:
+                with sending_as(CHAIN_IO, cause):
+                    self.router.tell(tenant_address(tenant), read)
+            except Exception as exc:
+                self.dispatcher.supervisor.failed(self.address, m, cause, exc, what="could not send the answer to")
+        for tenant in alone:
+            self._submit(self.reads, self._credit, CreditCall(m.cycle, tenant), cause)
+
+    def _bulk_reads(self, m: CreditReadsCall, providers: list[str]) -> tuple[dict[str, CreditRead], list[str]]:
+        """(composed reads by tenant, the tenants to read on their own). In the order ``actors.credit_bulk``
+        needs: the lease listings (ours was read at the cycle's start), then the accounts, then balances."""
+        tenants = list(m.tenants)
+        wanted = set(tenants)
+        ours, ours_at = self._listed, self._listed_at
+        if ours_at is None:
+            return {}, tenants
+        listings: list[Listing] = [Listing((), *ours_at)]
+        theirs: dict[str, list[Lease]] = {}
+        for provider in providers:
+            listing, error = _attempt("leases_by_provider", lambda: self.client.leases_by_provider(provider))
+            if error is not None:
+                logger.info("bulk credit read: %s; its tenants are read on their own", error.message)
+                continue  # its tenants' counts will not match: read on their own
+            listings.append(listing)
+            sharing = {lease.tenant for lease in listing.leases if lease.tenant in wanted}
+            for lease in listing.leases:
+                if lease.tenant in wanted:
+                    theirs.setdefault(lease.tenant, []).append(lease)
+            with self._state:
+                self._rows[f"provider:{provider}"] = len(listing.leases)
+                if sharing:
+                    self._sharing[provider] = sharing
+                else:
+                    self._sharing.pop(provider, None)
+        accounts, error = _attempt("credit_accounts", self.client.credit_accounts)
+        if error is not None:
+            logger.info("bulk credit read: %s; every tenant is read on its own", error.message)
+            return {}, tenants
+        with self._state:
+            self._rows["accounts"] = len(accounts.accounts)
+            kinds, shown = dict(self._kinds), dict(self._shown)
+        by_tenant = {a.tenant: a for a in accounts.accounts if a.tenant in wanted}
+        parts: dict[str, tuple[CreditAccount | None, tuple[Lease, ...]]] = {}
+        denoms: set[str] = set()
+        for tenant in tenants:
+            account = by_tenant.get(tenant)
+            leases = ours.get(tenant, ()) + tuple(theirs.get(tenant, ()))
+            parts[tenant] = (account, leases)
+            if account is not None and account.active_lease_count == len(leases):
+                denoms |= relevant_denoms(account, leases, shown.get(tenant, ()))
+        holders: list[HolderListing] = []
+        for denom in sorted(denoms):
+            owners, error = _attempt("denom_owners", lambda: self.client.denom_owners(denom))
+            if error is not None:
+                logger.info("bulk credit read: %s; its holders are read on their own", error.message)
+                continue
+            holders.append(owners)
+            with self._state:
+                self._rows[f"denom:{denom}"] = len(owners.balances)
+        why = in_order(listings, accounts, holders)
+        if why is not None:
+            logger.info("bulk credit read: %s; every tenant is read on its own", why)
+            return {}, tenants
+        height = min(p.height for p in (*listings, accounts, *holders))
+        balances = {h.denom: dict(h.balances) for h in holders}
+        reads: dict[str, CreditRead] = {}
+        alone: list[str] = []
+        for tenant, (account, leases) in parts.items():
+            kind = kinds.get(account.credit_address) if account is not None else None
+            got = compose(account, leases, balances, kind, shown.get(tenant, ()))
+            if isinstance(got, CreditAccount):
+                got = msgspec.structs.replace(got, height=height)
+                reads[tenant] = CreditRead(m.cycle, got, leases=leases, leases_listed=True, height=height)
+            else:
+                alone.append(tenant)
+        return reads, alone
+
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
-        leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))
+        listing, error = _attempt("leases_by_provider", lambda: self.client.leases_by_provider(self.provider_uuid))
+        leases = listing.leases if listing is not None else ()
         if error is None:
             by_tenant: dict[str, list[Lease]] = {}
             for lease in leases:
                 if lease.state == "ACTIVE":
                     by_tenant.setdefault(lease.tenant, []).append(lease)
             self._listed = {t: tuple(ls) for t, ls in by_tenant.items()}
-        return m.reply_to, ActiveLeasesRead(m.cycle, leases or (), error)
+            # Its heights order it before the bulk reads' other parts (actors.credit_bulk).
+            self._listed_at = (listing.height, listing.top_height) if listing.height else None
+        return m.reply_to, ActiveLeasesRead(m.cycle, leases, error)
 
     def _lease(self, m: LeaseCall) -> tuple[str, Any]:
         lease, error = _attempt("lease", lambda: self.client.lease(m.lease_uuid))

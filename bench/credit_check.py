@@ -5,11 +5,16 @@ Baseline, measured in the same run: the seed's loop, one tenant at a time
 (``GetCreditAccount``, then decide). Against it: leasewarden's check cycle
 through its actors, with chain reads on a pool capped at
 ``max_queries_in_flight``, and every read the real-chain credit rule needs:
-the provider's active leases (``LeasesByProvider``, by page), each tenant's
-credit account, and the tenant's own leases (``LeasesByTenant``) only where
-its account counts ACTIVE leases the provider's listing does not hold (other
-providers'), or where its monitor asks for a full read (credit gone, a grace
-window). Both decide with the same core; the calls of a cycle are counted.
+the provider's active leases (``LeasesByProvider``, by page), then, read in
+bulk (``actors.credit_bulk``), the ACTIVE leases of the other provider the
+tenants share, every credit account (``CreditAccounts``) and the holders of
+each denom the leases charge (bank ``DenomOwners``), all by page; a tenant
+those do not hold whole, or whose monitor asks for a full read (credit gone,
+a grace window), is read on its own (``CreditAccount``, ``LeasesByTenant``).
+The first cycle, which also starts the monitors and learns which provider
+the tenants share (and, on the current chain, that their credit addresses
+are plain accounts: ``account_kind``, once each), is not timed. Both decide
+with the same core; the calls of a timed cycle are counted.
 
     python bench/credit_check.py [--tenants 2000] [--latency-ms 5] [--in-flight 32] [--rounds 3] [--via model|grpc]
 
@@ -18,7 +23,8 @@ in the client. ``--via grpc``: the devnet in a separate process (like a
 node), latency injected in its gRPC server, reached through the production
 cosmpy client.
 
-Target (issue 3): leasewarden >= 10x faster than the one-at-a-time loop.
+Target (issues 3 and 16): leasewarden >= 10x faster than the one-at-a-time loop. ``--via grpc``
+also counts the gRPC requests of a timed cycle (every page of a listing is one).
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def main() -> int:
         model.create_lease(t, PROVIDER, [LeaseItem("sku", 1, Coin("umfx", 1))])
     client = ModelChainClient(model, PROVIDER, demo_address("bench/provider"))
     latency = args.latency_ms / 1000
-    for op in ("credit_account", "leases_by_tenant", "active_leases_by_provider"):
+    for op in Counting.READS:
         client.faults.latency(op, latency)
     settings = load_config(overrides={"scheduler": {"max_queries_in_flight": args.in_flight}}).scheduler
 
@@ -83,7 +89,8 @@ def main() -> int:
 class Counting:
     """The chain client, counting the read calls a check makes."""
 
-    READS = ("credit_account", "leases_by_tenant", "active_leases_by_provider")
+    READS = ("credit_account", "leases_by_tenant", "active_leases_by_provider", "leases_by_provider",
+             "credit_accounts", "denom_owners", "account_kind")
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -102,9 +109,48 @@ class Counting:
 
 
 CALLS: dict[str, float] = {}
+#: gRPC requests per timed cycle, by method (``--via grpc``): a listing's every page is one.
+REQUESTS: dict[str, float] = {}
 
 
-def measure(client: Any, settings: Any, clock: Any, rounds: int, tick: Any = lambda: None) -> tuple[list[float], list[float]]:
+class RequestCounter:
+    """A gRPC client interceptor counting requests by method while ``on``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.on = False
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if self.on:
+            with self._lock:
+                name = details.method.rsplit("/", 1)[-1]
+                self.counts[name] = self.counts.get(name, 0) + 1
+        return continuation(details, request)
+
+
+def count_requests(client: Any) -> RequestCounter:
+    """Route the cosmpy client's query stubs through a ``RequestCounter`` (bench only)."""
+    import grpc
+
+    from chain.billing_pb import query_pb2_grpc
+    from cosmpy.protos.cosmos.auth.v1beta1 import query_pb2_grpc as auth_grpc
+    from cosmpy.protos.cosmos.bank.v1beta1 import query_pb2_grpc as bank_grpc
+
+    counter = RequestCounter()
+    interceptor = type("Interceptor", (grpc.UnaryUnaryClientInterceptor,), {
+        "intercept_unary_unary": lambda self, c, d, r: counter.intercept_unary_unary(c, d, r)})()
+    channel = grpc.intercept_channel(client._channel, interceptor)
+    client._billing = query_pb2_grpc.QueryStub(channel)
+    client._bank = bank_grpc.QueryStub(channel)
+    client._auth = auth_grpc.QueryStub(channel)
+    return counter
+
+
+def measure(client: Any, settings: Any, clock: Any, rounds: int, tick: Any = lambda: None,
+            requests: RequestCounter | None = None) -> tuple[list[float], list[float]]:
     """Seconds per round: the seed's one-at-a-time loop, then leasewarden's check cycle.
 
     Both decide with the same core; ``tick`` moves the clock between rounds.
@@ -132,11 +178,17 @@ def measure(client: Any, settings: Any, clock: Any, rounds: int, tick: Any = lam
             before = sidecar.scheduler_core.cycles_started
             if r == 1:
                 counting.calls.clear()  # the first cycle also starts the monitors
+                if requests is not None:
+                    requests.counts.clear()
+                    requests.on = True
             start = time.perf_counter()
             sidecar.reconcile("bench")
             assert sidecar.wait_cycles_after(before, timeout=600)
             ours.append(time.perf_counter() - start)
         CALLS.update({k: v / rounds for k, v in counting.calls.items()})
+        if requests is not None:
+            requests.on = False
+            REQUESTS.update({k: v / rounds for k, v in requests.counts.items()})
     finally:
         sidecar.stop()
         dispatcher.shutdown()
@@ -148,10 +200,14 @@ def report(title: str, args: argparse.Namespace, seed_times: list[float], ours: 
     print(title)
     print(f"  seed loop, one at a time (1 query/tenant):      median {seed:7.3f} s  {[round(x, 3) for x in seed_times]}")
     per_cycle = sum(CALLS.values())
+    per_tenant = sum((REQUESTS or CALLS).values()) / args.tenants
     calls = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(CALLS.items()))
-    print(f"  leasewarden, {args.in_flight} in flight ({per_cycle / args.tenants:.2f} queries/tenant): "
+    print(f"  leasewarden, {args.in_flight} in flight ({per_tenant:.3f} queries/tenant): "
           f"median {mine:7.3f} s  {[round(x, 3) for x in ours]}")
     print(f"  calls per check cycle: {per_cycle:,.0f} ({calls})")
+    if REQUESTS:
+        pages = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(REQUESTS.items()))
+        print(f"  gRPC requests per check cycle (every page): {sum(REQUESTS.values()):,.0f} ({pages})")
     print(f"  ratio: {seed / mine:.1f}x faster (target >= 10x)")
 
 
@@ -170,8 +226,9 @@ def via_grpc(args: argparse.Namespace) -> int:
             grpc_url=info["gRPC"],
         )
         clock = RealClock()
+        requests = count_requests(client)
         try:
-            seed_times, ours = measure(client, config.scheduler, clock, args.rounds)
+            seed_times, ours = measure(client, config.scheduler, clock, args.rounds, requests=requests)
         finally:
             client.close()
             clock.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from chain.client import Listing
+from chain.client import AccountListing, HolderListing, Listing
 from chain.errors import ChainError
 from messages.chain import CloseOutcome, CreditAccount, Lease, LeaseItem, LeaseSettled, NodeStatus, WithdrawPage
 from messages.coins import Coin
@@ -105,6 +105,48 @@ def _listing(value: Any) -> str:
     return _leases(value.leases)
 
 
+def _heights(value: Any) -> str:
+    if not _int(value.height) or not _int(value.top_height) or value.top_height < value.height:
+        return f"heights are {value.height!r} to {value.top_height!r}, not block heights"
+    return ""
+
+
+def _provider_listing(value: Any) -> str:
+    return _listing(value) or _heights(value)
+
+
+def _account_listing(value: Any) -> str:
+    if not isinstance(value, AccountListing):
+        return f"a {type(value).__name__}, not a listing of credit accounts"
+    if not isinstance(value.accounts, tuple):
+        return "accounts is not a list"
+    for account in value.accounts:
+        if not isinstance(account, CreditAccount) or not isinstance(account.tenant, str) or not account.tenant:
+            return "a credit account with no tenant"
+        if not _int(account.active_lease_count) or not isinstance(account.credit_address, str):
+            return f"credit account of {account.tenant}: no lease count or credit address"
+        problem = _first(_coins(f"{account.tenant}'s {n}", getattr(account, n))
+                         for n in ("reserved_amounts", "unattributed_reserved_amounts"))
+        if problem:
+            return problem
+    return _heights(value)
+
+
+def _holder_listing(value: Any) -> str:
+    if not isinstance(value, HolderListing):
+        return f"a {type(value).__name__}, not a listing of a denom's holders"
+    if not isinstance(value.balances, tuple):
+        return "balances is not a list"
+    for row in value.balances:
+        if not (isinstance(row, tuple) and len(row) == 2 and isinstance(row[0], str) and _int(row[1])):
+            return f"a holder of {value.denom} that is not an address and an amount: {row!r}"
+    return _heights(value)
+
+
+def _account_kind(value: Any) -> str:
+    return "" if isinstance(value, str) else f"a {type(value).__name__}, not an account kind"
+
+
 def _withdraw_page(value: Any) -> str:
     if not isinstance(value, WithdrawPage):
         return f"a {type(value).__name__}, not a withdraw page"
@@ -169,6 +211,10 @@ _CHECKS: dict[str, tuple[Callable[[Any], str], bool]] = {
     "lease_end_tx": (_close_outcome, True),  # None: the node's search finds no tx that ended the lease
     "active_leases_by_provider": (_leases, False),
     "leases_by_tenant": (_listing, False),
+    "leases_by_provider": (_provider_listing, False),
+    "credit_accounts": (_account_listing, False),
+    "denom_owners": (_holder_listing, False),
+    "account_kind": (_account_kind, False),
     "lease": (_lease, False),
     "credit_account": (_credit_account, False),
     "node_status": (_node_status, False),

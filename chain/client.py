@@ -4,7 +4,9 @@ The seed's five operations (provider withdrawable, withdraw by provider with
 a cursor key, active leases by provider, credit account, close leases), plus
 what leasewarden adds for the real chain: named withdraws (the only way to
 reach every lease on a chain without the withdraw cursor), a tenant's leases
-of every provider (what the credit rule needs), the chain's
+of every provider (what the credit rule needs), the listings that answer
+for many tenants at once (any provider's ACTIVE leases, every credit
+account, a denom's holders, and what account a credit address is), the chain's
 ``CreditEstimate``, single lease reads, tx lookups (by hash, and the tx that
 ended a lease, by the node's tx search) and the node's sync status.
 
@@ -28,7 +30,7 @@ from typing import Callable, Protocol, Sequence
 from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, NodeStatus, WithdrawPage
 from messages.coins import Coin
 
-__all__ = ["ChainClient", "Listing"]
+__all__ = ["ChainClient", "Listing", "AccountListing", "HolderListing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,28 @@ class Listing:
 
     leases: tuple[Lease, ...]
     height: int = 0
+    #: The highest of its pages' heights (0: unknown): a read composed of several listings is only
+    #: sound when each was answered no later than the next began (``actors.credit_bulk``).
+    top_height: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AccountListing:
+    """Every credit account (``CreditAccounts``, all pages; no balances) and its pages' lowest and highest heights."""
+
+    accounts: tuple[CreditAccount, ...]
+    height: int = 0
+    top_height: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HolderListing:
+    """Every holder of ``denom`` and its raw bank balance (``DenomOwners``, all pages), and the pages' heights."""
+
+    denom: str
+    balances: tuple[tuple[str, int], ...]
+    height: int = 0
+    top_height: int = 0
 
 
 class ChainClient(Protocol):
@@ -84,6 +108,25 @@ class ChainClient(Protocol):
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         """All the provider's ACTIVE leases (every page; a listing cut short is a failure, never a short set)."""
+        ...
+
+    def leases_by_provider(self, provider_uuid: str) -> Listing:
+        """Every ACTIVE lease of a provider, ours or another's (``LeasesByProvider``, every page; cut
+        short is a failure), with its pages' lowest and highest heights."""
+        ...
+
+    def credit_accounts(self) -> AccountListing:
+        """Every credit account on the chain (``CreditAccounts``, every page): the accounts a credit check
+        reads in bulk, balances excluded (they are the bank's: ``denom_owners``)."""
+        ...
+
+    def denom_owners(self, denom: str) -> HolderListing:
+        """Every holder of ``denom`` and its raw balance (bank ``DenomOwners``, every page)."""
+        ...
+
+    def account_kind(self, address: str) -> str:
+        """What ``auth/Account`` holds at ``address``: "base", a vesting kind (``devnet.node.ACCOUNT_KINDS``,
+        or the type URL of one not known), or "" when no account is there."""
         ...
 
     def leases_by_tenant(self, tenant: str) -> Listing:

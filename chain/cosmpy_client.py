@@ -2,7 +2,10 @@
 
 Reads are single gRPC queries with a deadline (``[node] query_timeout``):
 the billing ``Query`` service for leases (every page of ``LeasesByProvider``
-with the ACTIVE filter), credit, withdrawable amounts and estimates, and
+with the ACTIVE filter), credit (per tenant, and every account by page:
+``CreditAccounts``), withdrawable amounts and estimates; the bank's
+``DenomOwners`` (a denom's holders by page) and ``auth/Account`` (what kind
+of account a credit address is); and
 ``cosmos.base.tendermint.v1beta1.Service`` ``GetLatestBlock`` (height, time)
 plus ``GetSyncing`` (``catching_up``) for the node's status, asked together.
 
@@ -89,6 +92,7 @@ from chain.billing_codec import (
 from chain.billing_pb import query_pb2, query_pb2_grpc, tx_pb2 as billing_tx, types_pb2
 from chain.errors import (
     CLIENT,
+    GRPC_NOT_FOUND,
     NO_TX_INDEX,
     TX_INDEX,
     GAS_OVER_CAP,
@@ -100,7 +104,7 @@ from chain.errors import (
     SDK_TX_IN_MEMPOOL,
     ChainError,
 )
-from chain.client import Listing
+from chain.client import AccountListing, HolderListing, Listing
 from chain.keys import ProviderKey, load_provider_key
 from chain.lease_end import ending_kind, ending_queries, lease_end_outcome
 from chain.listing import walk_pages
@@ -117,6 +121,7 @@ from chain.settlements import settlements_in_tx, settlements_in_withdraw
 from cosmpy.aerial.tx import SigningCfg, Transaction, TxFee
 from cosmpy.aerial.urls import Protocol, parse_url
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
+from cosmpy.protos.cosmos.bank.v1beta1 import query_pb2 as bank_query, query_pb2_grpc as bank_grpc
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
@@ -215,6 +220,21 @@ _ACCOUNT_TYPES: dict[str, tuple[type[Message], Callable[[Any], auth_pb2.BaseAcco
         )
     },
 }
+
+
+#: ``auth/Account`` type URL -> the kind ``account_kind`` answers (``devnet.node.ACCOUNT_KINDS``).
+ACCOUNT_KIND_NAMES = {
+    f"/{auth_pb2.BaseAccount.DESCRIPTOR.full_name}": "base",
+    f"/{vesting_pb2.ContinuousVestingAccount.DESCRIPTOR.full_name}": "continuous_vesting",
+    f"/{vesting_pb2.DelayedVestingAccount.DESCRIPTOR.full_name}": "delayed_vesting",
+    f"/{vesting_pb2.PeriodicVestingAccount.DESCRIPTOR.full_name}": "periodic_vesting",
+    f"/{vesting_pb2.PermanentLockedAccount.DESCRIPTOR.full_name}": "permanent_locked",
+}
+
+#: Rows asked for per page of the bulk listings (``CreditAccounts``, ``DenomOwners``): the SDK's
+#: ``CollectionPaginate`` caps no limit; 1000 is the most any list query of either version answers
+#: (the current chain's cap on lease lists, CHAIN-VERSIONS.md 2.8), a page of well under a megabyte.
+BULK_PAGE_LIMIT = 1000
 
 
 def base_account(packed: ProtoAny) -> auth_pb2.BaseAccount | None:
@@ -322,6 +342,18 @@ def block_height_header(metadata: Sequence[tuple[str, Any]]) -> int:
     return 0
 
 
+def _low_high(heights: Sequence[int]) -> tuple[int, int]:
+    """(lowest, highest) of a walk's page heights; (0, 0) when a page came without one."""
+    return (min(heights), max(heights)) if heights and all(heights) else (0, 0)
+
+
+def _holder(op: str, denom: str, owner: Any) -> tuple[str, int]:
+    """One ``DenomOwner`` as (address, amount); a coin of another denom or not a whole number is a protocol error."""
+    if owner.balance.denom != denom or not owner.balance.amount.isdigit() or not owner.address:
+        raise ProtocolError(f"holder {owner.address!r} of {denom}: balance {owner.balance.amount!r}{owner.balance.denom}")
+    return owner.address, int(owner.balance.amount)
+
+
 def _fee_of(included: abci_pb2.TxResponse) -> tuple[Coin, ...]:
     """The fee an included tx carried, from the tx itself (the chain takes it whole); () if the node left the tx out."""
     tx = tx_pb2.Tx()
@@ -399,6 +431,7 @@ class CosmpyChainClient:
         self._txs = tx_grpc.ServiceStub(self._channel)
         self._tendermint = tm_grpc.ServiceStub(self._channel)
         self._billing = query_pb2_grpc.QueryStub(self._channel)
+        self._bank = bank_grpc.QueryStub(self._channel)
         #: One signer, one writer: held for the whole life of a tx.
         self._tx_lock = threading.Lock()
         self._account: _Account | None = None
@@ -499,6 +532,66 @@ class CosmpyChainClient:
                                                                 state_filter=types_pb2.LEASE_STATE_ACTIVE),
         ).leases
 
+    def leases_by_provider(self, provider_uuid: str) -> Listing:
+        """Every ACTIVE lease of a provider (ours or one our tenants share), with its pages' heights."""
+        return self._active_leases(
+            f"leases_by_provider {provider_uuid}", self._billing.LeasesByProvider,
+            lambda page: query_pb2.QueryLeasesByProviderRequest(provider_uuid=provider_uuid, pagination=page,
+                                                                state_filter=types_pb2.LEASE_STATE_ACTIVE),
+        )
+
+    def credit_accounts(self) -> AccountListing:
+        """Every credit account (``CreditAccounts``, both versions), walked page by page.
+
+        ``CollectionPaginate`` starts a page at the first row at or after its
+        key, so a row gone between two pages does not cut the walk short;
+        rows added before the cursor meanwhile are not seen (a tenant funded
+        during the walk: read on its own, like any tenant not listed).
+        """
+        op = "credit_accounts"
+        heights: list[int] = []
+
+        def page(key: bytes) -> tuple[list[CreditAccount], bytes]:
+            request = query_pb2.QueryCreditAccountsRequest(pagination=pagination_pb2.PageRequest(key=key, limit=BULK_PAGE_LIMIT))
+            r, height = self._query_at(op, self._billing.CreditAccounts, request)
+            heights.append(height)
+            wrapped = query_pb2.QueryCreditAccountResponse()
+            accounts = []
+            for account in r.credit_accounts:
+                wrapped.credit_account.CopyFrom(account)
+                accounts.append(self._decoded(op, lambda: credit_account_from_proto(account.tenant, wrapped)))
+            return accounts, r.pagination.next_key
+
+        accounts = walk_pages(op, page)
+        return AccountListing(accounts, *_low_high(heights))
+
+    def denom_owners(self, denom: str) -> HolderListing:
+        """Every holder of ``denom`` (bank ``DenomOwners``, cosmos-sdk 0.50 and 0.53: both versions), walked by page."""
+        op = f"denom_owners {denom}"
+        heights: list[int] = []
+
+        def page(key: bytes) -> tuple[list[tuple[str, int]], bytes]:
+            request = bank_query.QueryDenomOwnersRequest(
+                denom=denom, pagination=pagination_pb2.PageRequest(key=key, limit=BULK_PAGE_LIMIT)
+            )
+            r, height = self._query_at(op, self._bank.DenomOwners, request)
+            heights.append(height)
+            return self._decoded(op, lambda: [_holder(op, denom, o) for o in r.denom_owners]), r.pagination.next_key
+
+        holders = walk_pages(op, page)
+        return HolderListing(denom, holders, *_low_high(heights))
+
+    def account_kind(self, address: str) -> str:
+        """The kind of account ``auth/Account`` holds at ``address`` ("" for none; an unknown type by its URL)."""
+        op = f"account_kind {address}"
+        try:
+            r = self._query(op, self._auth.Account, auth_query.QueryAccountRequest(address=address))
+        except ChainError as exc:
+            if exc.codespace == GRPC and exc.code == GRPC_NOT_FOUND:
+                return ""
+            raise
+        return ACCOUNT_KIND_NAMES.get(r.account.type_url, r.account.type_url or "unknown")
+
     def leases_by_tenant(self, tenant: str) -> Listing:
         """Every ACTIVE lease of ``tenant``, of every provider: what draws on its credit; at the lowest page's height."""
         return self._active_leases(
@@ -520,7 +613,7 @@ class CosmpyChainClient:
             return self._decoded(op, lambda: [lease_from_proto(p) for p in r.leases]), r.pagination.next_key
 
         leases = walk_pages(op, page)
-        return Listing(leases, min(heights) if heights and all(heights) else 0)
+        return Listing(leases, *_low_high(heights))
 
     def lease(self, lease_uuid: str) -> Lease:
         op = f"lease {lease_uuid}"

@@ -85,6 +85,15 @@ class Faults:
             rule.fail_rate = rate
             rule.only = only
 
+    def always_failing(self, operation: str) -> frozenset[str]:
+        """The subjects every call of ``operation`` fails for (a ``fail_rate`` of 1 ``only`` for them).
+
+        A node that cannot answer a tenant's account cannot list it either:
+        its client leaves that tenant out of the listings of many accounts.
+        """
+        rule = self._rules.get(operation)
+        return rule.only if rule is not None and rule.fail_rate >= 1.0 else frozenset()
+
     def latency(self, operation: str, seconds: float) -> None:
         with self._lock:
             self._rule(operation).latency = seconds

@@ -46,6 +46,7 @@ import bisect
 import hashlib
 import heapq
 import itertools
+import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -128,6 +129,10 @@ MAX_OFFSET_SCAN = 20_000
 #: ProviderWithdrawable: v2.1.0 ``limit`` default and cap; current page default and cap.
 V21_WITHDRAWABLE_LIMIT = (100, 1000)
 CURRENT_WITHDRAWABLE_LIMIT = (50, 100)
+#: Account numbers of credit addresses start here (the devnet node numbers its own accounts from 1).
+CREDIT_ACCOUNT_NUMBERS = 1_000_000
+#: ``sdk.ValidateDenom``'s pattern, which bank ``DenomOwners`` checks its denom against.
+_DENOM = re.compile(r"[a-zA-Z][a-zA-Z0-9/:._-]{2,127}")
 #: Current chain's CreditEstimate work bound on items (2.7).
 MAX_ESTIMATE_ITEMS = 100_000
 _UINT64_MAX = 2**64 - 1
@@ -259,6 +264,12 @@ class _Account:
     pending: set[str] = field(default_factory=set)
     #: Every lease of the tenant, in uuid order (LeasesByTenant).
     leases: list[str] = field(default_factory=list)
+    #: What ``auth/Account`` answers the credit address as (``devnet.node.ACCOUNT_KINDS``): a
+    #: vesting account created there before the first funding stays one. Only the kind is
+    #: modelled, no locked amount (tests/CONFORMANCE.md).
+    address_kind: str = "base"
+    #: The credit address's account number (its own range: the node's accounts have theirs).
+    number: int = 0
 
 
 @dataclass
@@ -429,6 +440,8 @@ class BillingModel:
         self._lock = threading.RLock()
         self._providers: dict[str, _Provider] = {}
         self._accounts: dict[str, _Account] = {}
+        #: credit address -> its account (``auth/Account`` and ``DenomOwners`` answer by address)
+        self._by_credit_address: dict[str, _Account] = {}
         self._leases: dict[str, _Lease] = {}
         self._listeners: list[Callable[[TxEvents | BlockEvents], None]] = []
         self._tx_counter = itertools.count(1)
@@ -591,8 +604,9 @@ class BillingModel:
                 raise ChainError.billing(INVALID_CREDIT_OPERATION, "amount must be positive")
             acct = self._accounts.get(tenant)
             if acct is None:
-                acct = _Account(tenant, credit_address(tenant))
+                acct = _Account(tenant, credit_address(tenant), number=CREDIT_ACCOUNT_NUMBERS + len(self._accounts))
                 self._accounts[tenant] = acct
+                self._by_credit_address[acct.credit_address] = acct
             self._touch(acct)
             for c in amounts:
                 acct.balances[c.denom] = acct.balances.get(c.denom, 0) + c.amount
@@ -1560,6 +1574,56 @@ class BillingModel:
                 next_key,
             )
 
+    def credit_accounts(self, page: PageRequest = PageRequest()) -> tuple[tuple[CreditAccount, ...], bytes, int]:
+        """``Query/CreditAccounts`` (both versions, 1.8): every credit account, no balances; (accounts,
+        ``next_key``, total). Paged as ``query.CollectionPaginate`` pages the accounts collection: in
+        tenant address byte order, ``key`` the first row to answer (inclusive, and a key no longer there
+        starts at the next row: such a walk is never cut short), ``next_key`` the first row not answered."""
+        with self._lock:
+            accounts = sorted(self._accounts.values(), key=lambda a: address_bytes(a.tenant))
+            rows, next_key, total = _collection_page([address_bytes(a.tenant) for a in accounts], page)
+            return tuple(self._account_record(accounts[i]) for i in rows), next_key, total
+
+    def _account_record(self, acct: _Account) -> CreditAccount:
+        """The stored ``CreditAccount`` (fields 1-5, and 6-7 on the current chain), without balances."""
+        return CreditAccount(
+            tenant=acct.tenant,
+            balances=(),
+            active_lease_count=len(acct.active),
+            pending_lease_count=len(acct.pending),
+            credit_address=acct.credit_address,
+            reserved_amounts=coins(acct.reserved),
+            unattributed_reserved_amounts=coins(acct.unattributed) if self.version.unattributed_fields else (),
+            unattributed_lease_count=acct.unattributed_count if self.version.unattributed_fields else 0,
+        )
+
+    def denom_owners(self, denom: str, page: PageRequest = PageRequest()) -> tuple[tuple[tuple[str, int], ...], bytes, int]:
+        """``cosmos.bank.v1beta1.Query/DenomOwners`` (cosmos-sdk 0.50 and 0.53, so both versions): every
+        account holding ``denom``, as (address, raw balance), paged like ``credit_accounts`` over the bank's
+        (denom, address) index in address byte order. A zero balance is not stored, so never listed; the
+        raw balance counts vesting-locked coins too. The model's bank holds the credit addresses only."""
+        with self._lock:
+            if not _DENOM.fullmatch(denom or ""):
+                raise QueryRefused("INVALID_ARGUMENT", f"invalid denom: {denom}")
+            holders = sorted(
+                ((address_bytes(a.credit_address), a.credit_address, a.balances[denom])
+                 for a in self._accounts.values() if a.balances.get(denom, 0) > 0),
+            )
+            rows, next_key, total = _collection_page([h[0] for h in holders], page)
+            return tuple((holders[i][1], holders[i][2]) for i in rows), next_key, total
+
+    def credit_address_kind(self, address: str) -> tuple[str, int] | None:
+        """(``auth/Account`` kind, account number) of a funded credit address; None for any other address."""
+        with self._lock:
+            acct = self._by_credit_address.get(address)
+            return (acct.address_kind, acct.number) if acct is not None else None
+
+    def set_credit_address_kind(self, tenant: str, kind: str) -> None:
+        """Tests: the tenant's credit address is an account of ``kind`` (a vesting account created there
+        before it was funded, which the current chain's spendable balance excludes the locked coins of)."""
+        with self._lock:
+            self._account(tenant).address_kind = kind
+
     def credit_address(self, tenant: str) -> str:
         """``Query/CreditAddress``: derived, account or not."""
         if not tenant:
@@ -1791,3 +1855,25 @@ def _message_event(action: str, sender: str, msg_index: str) -> ChainEvent:
     return ChainEvent(
         "message", (("action", action), ("sender", sender), ("module", "billing"), ("msg_index", msg_index))
     )
+
+
+def _collection_page(keys: list[bytes], page: PageRequest) -> tuple[list[int], bytes, int]:
+    """``query.CollectionPaginate`` over rows whose keys are ``keys`` (sorted): (the indexes of the page's
+    rows, ``next_key``, total). ``key`` starts the page at the first row at or after it (at or before it,
+    ``reverse``); without one, ``offset`` rows are skipped and ``count_total`` counts every row. A limit
+    of 0 is ``DefaultLimit`` (100); the SDK caps no limit."""
+    if page.key and page.offset:
+        raise QueryRefused("INVALID_ARGUMENT", "invalid request, either offset or key is expected, got both")
+    limit = page.limit or DEFAULT_PAGE_LIMIT
+    order = list(range(len(keys) - 1, -1, -1)) if page.reverse else list(range(len(keys)))
+    if page.key:
+        if page.reverse:
+            order = [i for i in order if keys[i] <= page.key]
+        else:
+            order = order[bisect.bisect_left(keys, page.key):]
+    elif page.offset:
+        order = order[page.offset:]
+    rows = order[:limit]
+    next_key = keys[order[limit]] if len(order) > limit else b""
+    total = len(keys) if page.count_total and not page.key else 0
+    return rows, next_key, total

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import msgspec
 
-from chain.client import Listing
+from chain.client import AccountListing, HolderListing, Listing
 from chain.faults import Faults
 from chain.listing import walk_pages
 from chain.model import (
@@ -227,6 +227,56 @@ class ModelChainClient:
             op, provider_uuid, lambda: walk_pages(op, self._pager(self.model.leases_by_provider, provider_uuid))
         )
 
+    def leases_by_provider(self, provider_uuid: str) -> Listing:
+        """Paged as over gRPC; every page at the height the model held before it was read."""
+        op = "leases_by_provider"
+        return self._call(op, provider_uuid, lambda: self._heights(
+            lambda page: walk_pages(op, self._pager(self.model.leases_by_provider, provider_uuid, page)),
+            lambda leases, low, high: Listing(leases, low, high),
+        ))
+
+    def credit_accounts(self) -> AccountListing:
+        op = "credit_accounts"
+
+        def fetch(page: Callable[[int], None]) -> tuple[Any, ...]:
+            def one(key: bytes) -> tuple[Sequence[CreditAccount], bytes]:
+                page(self.model.height)
+                accounts, next_key, _ = self.model.credit_accounts(PageRequest(key=key, limit=self.page_size))
+                unreadable = self.faults.always_failing("credit_account")
+                return [a for a in accounts if a.tenant not in unreadable], next_key
+
+            return walk_pages(op, one)
+
+        return self._call(op, "", lambda: self._heights(fetch, lambda accounts, low, high: AccountListing(accounts, low, high)))
+
+    def denom_owners(self, denom: str) -> HolderListing:
+        op = "denom_owners"
+
+        def fetch(page: Callable[[int], None]) -> tuple[Any, ...]:
+            def one(key: bytes) -> tuple[Sequence[tuple[str, int]], bytes]:
+                page(self.model.height)
+                owners, next_key, _ = self.model.denom_owners(denom, PageRequest(key=key, limit=self.page_size))
+                return owners, next_key
+
+            return walk_pages(op, one)
+
+        return self._call(op, denom, lambda: self._heights(fetch, lambda owners, low, high: HolderListing(denom, owners, low, high)))
+
+    def account_kind(self, address: str) -> str:
+        """A funded credit address's kind (the model holds no other accounts: "" for any other address)."""
+        def kind() -> str:
+            found = self.model.credit_address_kind(address)
+            return found[0] if found is not None else ""
+
+        return self._call("account_kind", address, kind)
+
+    @staticmethod
+    def _heights(fetch: Callable[[Callable[[int], None]], tuple[Any, ...]], build: Callable[[tuple[Any, ...], int, int], Any]) -> Any:
+        """``build(items, lowest, highest)`` of a walk whose every page tells ``fetch``'s callback the height it read at."""
+        heights: list[int] = []
+        items = fetch(heights.append)
+        return build(items, min(heights, default=0), max(heights, default=0))
+
     def leases_by_tenant(self, tenant: str) -> Listing:
         op = "leases_by_tenant"
 
@@ -236,8 +286,12 @@ class ModelChainClient:
 
         return self._call(op, tenant, read)
 
-    def _pager(self, query: Callable[..., Any], subject: str) -> Callable[[bytes], tuple[list[Lease], bytes]]:
+    def _pager(
+        self, query: Callable[..., Any], subject: str, heights: Callable[[int], None] | None = None
+    ) -> Callable[[bytes], tuple[list[Lease], bytes]]:
         def page(key: bytes) -> tuple[list[Lease], bytes]:
+            if heights is not None:
+                heights(self.model.height)  # before the page: the state read is at least this recent
             records, next_key, _ = query(subject, "ACTIVE", PageRequest(key=key, limit=self.page_size))
             return [r.lease for r in records], next_key
 

@@ -5,8 +5,11 @@ without that module would):
 
 - ``cosmos.auth.v1beta1.Query/Account``: the ``BaseAccount`` (number,
   committed sequence), or a vesting account wrapping it when the devnet
-  gives the signer one (``[devnet] signer_account``); NOT_FOUND for an
-  unknown address.
+  gives the signer one (``[devnet] signer_account``); a funded credit
+  address as the bank made it (a ``BaseAccount`` with no key, or the
+  vesting account a test put there first); NOT_FOUND for an unknown address.
+- ``cosmos.bank.v1beta1.Query/DenomOwners``: the holders of a denom and
+  their raw balances, by page (the model's bank holds credit addresses only).
 - ``cosmos.consensus.v1.Query/Params``: the block gas limit, which
   cosmpy's default gas strategy reads.
 - ``cosmos.tx.v1beta1.Service``: ``Simulate`` (UNKNOWN with the node's
@@ -22,7 +25,7 @@ without that module would):
   NOT_FOUND for one not made yet), ``GetSyncing`` (``catching_up``) and
   ``GetNodeInfo`` (the chain id as ``network``).
 - ``liftedinit.billing.v1.Query``: ``Lease``, ``LeasesByTenant``,
-  ``LeasesByProvider``, ``CreditAccount``, ``CreditAddress``,
+  ``LeasesByProvider``, ``CreditAccount``, ``CreditAccounts``, ``CreditAddress``,
   ``WithdrawableAmount``, ``ProviderWithdrawable`` and ``CreditEstimate``,
   each in the wire of the model's chain version (a v2.1.0 devnet sets no
   field that version lacks, and reads ``limit`` where the current chain
@@ -35,7 +38,8 @@ newer than the state answered), as a Cosmos SDK node sets it on every query.
 
 ``GrpcFaults`` (an interceptor) adds latency to every call, fails methods
 at random, the next N times, or always for given tenants with UNAVAILABLE
-(the demo's tenants whose credit reads fail), and can *lose a response*:
+(the demo's tenants whose credit reads fail; ``CreditAccounts`` then leaves
+their accounts out), and can *lose a response*:
 run the call, then answer UNAVAILABLE, as when a connection drops after
 the node accepted a tx. Two faults make a node lie while it says it is
 synced (``[devnet] stale_read_rate`` and ``zero_read_rate``):
@@ -45,8 +49,12 @@ synced (``[devnet] stale_read_rate`` and ``zero_read_rate``):
   before, with that answer's height: a node behind a load balancer that
   lags. (The devnet keeps no past state: a request never asked before, or
   only just now, is answered as it is.)
-- a *zero read* answers a ``CreditAccount`` call with every balance zero,
-  at the current height: a node serving a state it has not filled in.
+- a *zero read* answers a ``CreditAccount`` call with every balance zero
+  (a ``DenomOwners`` page with every holder at 0), at the current height: a
+  node serving a state it has not filled in.
+
+The bulk listings a credit check reads (``CreditAccounts``, ``DenomOwners``)
+are stale-read too: a node that lags does for every query.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from chain.errors import QueryRefused
 from chain.model import LeaseRecord, PageRequest
 from chain.ws_query import QueryError, parse_query
 from cosmpy.protos.cosmos.auth.v1beta1 import auth_pb2, query_pb2 as auth_query, query_pb2_grpc as auth_grpc
+from cosmpy.protos.cosmos.bank.v1beta1 import query_pb2 as bank_query, query_pb2_grpc as bank_grpc
 from cosmpy.protos.cosmos.base.abci.v1beta1 import abci_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
@@ -94,8 +103,11 @@ BLOCK_MAX_GAS = -1
 
 #: The response header a Cosmos SDK node sets on every query (baseapp's gRPC interceptor).
 BLOCK_HEIGHT_HEADER = "x-cosmos-block-height"
-#: The reads a stale-read fault serves from an older height.
-STALE_METHODS = frozenset({"CreditAccount", "LeasesByTenant"})
+#: The reads a stale-read fault serves from an older height (the listings a credit check reads
+#: in bulk too: a lagging node lags for every query).
+STALE_METHODS = frozenset({"CreditAccount", "LeasesByTenant", "CreditAccounts", "DenomOwners"})
+#: The reads a zero-read fault answers with every balance zero.
+ZERO_METHODS = frozenset({"CreditAccount", "DenomOwners"})
 #: Past answers kept per request for stale reads: at one read per 30 s, well past any lag worth testing.
 STALE_HISTORY = 64
 
@@ -153,7 +165,7 @@ class GrpcFaults(grpc.ServerInterceptor):
             self.stale_rate, self.stale_blocks = rate, blocks
 
     def zero_reads(self, rate: float) -> None:
-        """A fraction ``rate`` of ``CreditAccount`` answers say every balance is zero."""
+        """A fraction ``rate`` of ``ZERO_METHODS`` answers say every balance is zero."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"zero reads: need 0 <= rate <= 1, got {rate}")
         with self._lock:
@@ -193,7 +205,7 @@ class GrpcFaults(grpc.ServerInterceptor):
                 )
                 lose = self._take(self._lose_next, method)
                 stale = method in STALE_METHODS and self.stale_rate > 0 and self._random.random() < self.stale_rate
-                zero = method == "CreditAccount" and self.zero_rate > 0 and self._random.random() < self.zero_rate
+                zero = method in ZERO_METHODS and self.zero_rate > 0 and self._random.random() < self.zero_rate
             if self.latency:
                 time.sleep(self.latency)
             if fail:
@@ -201,6 +213,8 @@ class GrpcFaults(grpc.ServerInterceptor):
             response = inner(request, context)
             if lose:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"devnet: connection lost after {method}")
+            if method == "CreditAccounts" and self._fail_for.get("CreditAccount"):
+                response = _without(response, self._fail_for["CreditAccount"])
             if method in STALE_METHODS:
                 height, response = self._as_of(method, request, height, response, stale)
             if zero:
@@ -236,12 +250,27 @@ class GrpcFaults(grpc.ServerInterceptor):
 
 
 def _zero_balances(response):
-    """A ``CreditAccount`` answer with its balances (and what is available of them) gone."""
+    """A ``CreditAccount`` answer with its balances (and what is available of them) gone; a
+    ``DenomOwners`` page whose holders all hold 0 (a state not filled in)."""
     zeroed = type(response)()
     zeroed.CopyFrom(response)
+    if isinstance(zeroed, bank_query.QueryDenomOwnersResponse):
+        for owner in zeroed.denom_owners:
+            owner.balance.amount = "0"
+        return zeroed
     del zeroed.balances[:]
     del zeroed.available_balances[:]
     return zeroed
+
+
+def _without(response, tenants: frozenset[str]):
+    """A ``CreditAccounts`` page without the accounts of ``tenants``: a node that cannot answer a tenant's
+    account (``fail_for``) cannot list it either, so the demo's failing tenant fails in bulk reads too."""
+    kept = type(response)()
+    kept.CopyFrom(response)
+    del kept.credit_accounts[:]
+    kept.credit_accounts.extend(a for a in response.credit_accounts if a.tenant not in tenants)
+    return kept
 
 
 def _subject(request) -> str:
@@ -278,6 +307,14 @@ class _AuthQuery(auth_grpc.QueryServicer):
     def Account(self, request, context):
         found = self.node.account(request.address)
         if found is None:
+            credit = self.node.model.credit_address_kind(request.address)
+            if credit is not None:
+                # A funded credit address: the bank made it an account (no key, so no pubkey, sequence 0).
+                kind, number = credit
+                packed = ProtoAny()
+                packed.Pack(_wrapped(auth_pb2.BaseAccount(address=request.address, account_number=number), kind),
+                            type_url_prefix="/")
+                return auth_query.QueryAccountResponse(account=packed)
             context.abort(grpc.StatusCode.NOT_FOUND, f"account {request.address} not found")
         account = auth_pb2.BaseAccount(
             address=request.address, account_number=found.number, sequence=found.sequence
@@ -465,6 +502,15 @@ class _BillingQuery(query_pb2_grpc.QueryServicer):
             response.pagination.CopyFrom(pagination_pb2.PageResponse(next_key=next_key))
         return response
 
+    def CreditAccounts(self, request, context):
+        accounts, next_key, total = _model_call(context, lambda: self.model.credit_accounts(_page(request.pagination)))
+        response = query_pb2.QueryCreditAccountsResponse(
+            pagination=pagination_pb2.PageResponse(next_key=next_key, total=total)
+        )
+        for account in accounts:
+            response.credit_accounts.append(credit_account_to_proto(account).credit_account)
+        return response
+
     def CreditAddress(self, request, context):
         address = _model_call(context, lambda: self.model.credit_address(request.tenant))
         return query_pb2.QueryCreditAddressResponse(credit_address=address)
@@ -492,6 +538,24 @@ class _BillingQuery(query_pb2_grpc.QueryServicer):
     def CreditEstimate(self, request, context):
         estimate = _model_call(context, lambda: self.model.credit_estimate(request.tenant))
         return credit_estimate_to_proto(estimate)
+
+
+class _BankQuery(bank_grpc.QueryServicer):
+    """``cosmos.bank.v1beta1.Query/DenomOwners``: the holders of a denom, by page (the model's bank holds
+    the credit addresses only; every other bank query answers UNIMPLEMENTED)."""
+
+    def __init__(self, node: DevnetNode) -> None:
+        self.model = node.model
+
+    def DenomOwners(self, request, context):
+        owners, next_key, total = _model_call(
+            context, lambda: self.model.denom_owners(request.denom, _page(request.pagination))
+        )
+        response = bank_query.QueryDenomOwnersResponse(pagination=pagination_pb2.PageResponse(next_key=next_key, total=total))
+        for address, amount in owners:
+            owner = response.denom_owners.add(address=address)
+            owner.balance.denom, owner.balance.amount = request.denom, str(amount)
+        return response
 
 
 def _state_name(value: int) -> str:
@@ -525,6 +589,7 @@ class DevnetGrpcServer:
         tx_grpc.add_ServiceServicer_to_server(_TxService(node), self._server)
         tm_grpc.add_ServiceServicer_to_server(_TendermintService(node), self._server)
         query_pb2_grpc.add_QueryServicer_to_server(_BillingQuery(node), self._server)
+        bank_grpc.add_QueryServicer_to_server(_BankQuery(node), self._server)
         consensus_grpc.add_QueryServicer_to_server(_ConsensusQuery(), self._server)
         sku_service.add_to_server(node, self._server)
         node_service.add_to_server(node, self._server)

@@ -52,11 +52,13 @@ class CreditRead(Message, tag="credit_read"):
     estimate: CreditEstimate | None = None
     #: Every ACTIVE lease of the tenant, ours and other providers'.
     leases: tuple[Lease, ...] = ()
-    #: The leases are ours as the provider's listing had them (``LeasesByProvider``, read
-    #: before the account), not a read of the tenant's own: the account counted no other
-    #: ACTIVE lease, so none was asked for (one call, not two). Read at another time than
-    #: the account, they are good for a verdict of credit to spare only: a tenant whose
-    #: credit looks gone on them, or that is in a grace window, is read again in full.
+    #: The leases are as providers' listings had them (``LeasesByProvider``, read before
+    #: the account), not a read of the tenant's own: ours alone where the account counted
+    #: no other ACTIVE lease (one call, not two), or a bulk read's, whose account and
+    #: balances came from listings of every account and every holder too
+    #: (``actors.credit_bulk``). Read at other times than each other, the parts are good
+    #: for a verdict of credit to spare only: a tenant whose credit looks gone on them,
+    #: or that is in a grace window, is read again in full.
     leases_listed: bool = False
     #: The height the read reflects: the lower of the account's and the
     #: leases' (``x-cosmos-block-height``); 0: not known (captures from before).

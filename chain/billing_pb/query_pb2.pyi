@@ -141,3 +141,17 @@ class QueryCreditEstimateResponse(_message.Message):
     estimated_duration_seconds: int
     active_lease_count: int
     def __init__(self, current_balance: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., total_rate_per_second: _Optional[_Iterable[_Union[_coin_pb2.Coin, _Mapping]]] = ..., estimated_duration_seconds: _Optional[int] = ..., active_lease_count: _Optional[int] = ...) -> None: ...
+
+class QueryCreditAccountsRequest(_message.Message):
+    __slots__ = ("pagination",)
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    pagination: _pagination_pb2.PageRequest
+    def __init__(self, pagination: _Optional[_Union[_pagination_pb2.PageRequest, _Mapping]] = ...) -> None: ...
+
+class QueryCreditAccountsResponse(_message.Message):
+    __slots__ = ("credit_accounts", "pagination")
+    CREDIT_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    PAGINATION_FIELD_NUMBER: _ClassVar[int]
+    credit_accounts: _containers.RepeatedCompositeFieldContainer[_types_pb2.CreditAccount]
+    pagination: _pagination_pb2.PageResponse
+    def __init__(self, credit_accounts: _Optional[_Iterable[_Union[_types_pb2.CreditAccount, _Mapping]]] = ..., pagination: _Optional[_Union[_pagination_pb2.PageResponse, _Mapping]] = ...) -> None: ...

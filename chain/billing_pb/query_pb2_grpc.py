@@ -74,6 +74,11 @@ class QueryStub(object):
                 request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateRequest.SerializeToString,
                 response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateResponse.FromString,
                 _registered_method=True)
+        self.CreditAccounts = channel.unary_unary(
+                '/liftedinit.billing.v1.Query/CreditAccounts',
+                request_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsRequest.SerializeToString,
+                response_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsResponse.FromString,
+                _registered_method=True)
 
 
 class QueryServicer(object):
@@ -127,6 +132,12 @@ class QueryServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreditAccounts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +180,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.CreditEstimate,
                     request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateRequest.FromString,
                     response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateResponse.SerializeToString,
+            ),
+            'CreditAccounts': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreditAccounts,
+                    request_deserializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsRequest.FromString,
+                    response_serializer=liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +403,33 @@ class Query(object):
             '/liftedinit.billing.v1.Query/CreditEstimate',
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateRequest.SerializeToString,
             liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditEstimateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreditAccounts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/liftedinit.billing.v1.Query/CreditAccounts',
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsRequest.SerializeToString,
+            liftedinit_dot_billing_dot_v1_dot_query__pb2.QueryCreditAccountsResponse.FromString,
             options,
             channel_credentials,
             insecure,
