@@ -117,6 +117,22 @@ def test_a_pooled_actors_stopped_flag_wakes_a_waiter_and_stop_can_block() -> Non
         d.shutdown()
 
 
+def test_a_pooled_actor_answers_its_proxy_as_a_pykka_actor_does() -> None:
+    """Messages of pykka's own (a proxy's calls and attribute reads) go through pykka; the rest straight to on_receive."""
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    ref = Counter.start(d, "c")
+    proxy = ref.proxy()
+    assert d.wait(proxy.on_receive("by proxy")) == "by proxy"
+    assert d.wait(proxy.handled) == ["by proxy"]
+    ref.tell("told")
+    d.run_until_idle()
+    assert ref.actor_inbox.actor.handled == ["by proxy", "told"]  # type: ignore[attr-defined]
+    ref.stop(block=False)
+    d.run_until_idle()
+    assert not ref.is_alive()
+
+
 def test_threaded_dispatcher_runs_each_actor_one_message_at_a_time() -> None:
     clock = ManualClock()
     d = ThreadedDispatcher(clock.now, workers=2, throughput=3)
