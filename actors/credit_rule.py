@@ -157,7 +157,12 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
     since: dict[datetime, int] = {}  # a tenant's leases mostly share their last settlement (one tx)
     for lease in tenant_leases:
         settled = lease.last_settled_at
-        rates = lease.rate_per_second()
+        items = lease.items
+        if len(items) == 1:  # the common lease: one item, so one denom (rate_per_second's answer)
+            price = items[0].locked_price
+            rates = {price.denom: price.amount * items[0].quantity}
+        else:
+            rates = lease.rate_per_second()
         if settled is None:
             elapsed = 0
         else:
@@ -174,8 +179,12 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
             if r <= 0:
                 continue
             a = own.get(denom, 0)
-            at_now = max(0, r * whole - a)
-            at_far = max(0, r * (elapsed + _HORIZON_US) - a * _US)
+            at_now = r * whole - a
+            if at_now < 0:
+                at_now = 0
+            at_far = r * (elapsed + _HORIZON_US) - a * _US
+            if at_far < 0:
+                at_far = 0
             over_now[denom] = over_now.get(denom, 0) + at_now
             over_far[denom] = over_far.get(denom, 0) + at_far
             mine = parts.get(denom)
