@@ -83,13 +83,16 @@ class TimedClient(ModelChainClient):
     """The model client, adding up the time spent inside chain calls (the chain's share of a cycle)."""
 
     chain_seconds = 0.0
+    #: CPU seconds inside chain calls (the calling thread's: the model runs in it)
+    chain_cpu = 0.0
 
     def _call(self, operation: str, subject: Any, fn: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return super()._call(operation, subject, fn)
         finally:
             self.chain_seconds += time.perf_counter() - t  # reads run inline: one thread at a time
+            self.chain_cpu += time.thread_time() - c
 
 
 def rss_mb() -> float:
@@ -157,7 +160,7 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     # started: measured after them, the peak RSS held 2 N monitors, which no sidecar
     # of N tenants ever does.
     spawn_tenants = [demo_address(f"bench/spawn{i:06d}") for i in range(tenants)]  # made before the clock starts
-    spawn_started = time.perf_counter()
+    spawn_started, spawn_cpu = time.perf_counter(), time.process_time()
     refs = []
     for tenant in spawn_tenants:
         if mode == "threaded":
@@ -168,7 +171,7 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
     futures = [r.ask(LeasesSynced(()), block=False) for r in refs]
     for f in futures:
         f.get(timeout=600)
-    start_seconds = time.perf_counter() - spawn_started
+    start_seconds, start_cpu = time.perf_counter() - spawn_started, time.process_time() - spawn_cpu
     for tenant, r in zip(spawn_tenants, refs):
         sidecar.router.remove(tenant_address(tenant))
         r.stop(block=False)
@@ -195,17 +198,23 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
 
     times = []
     chain_times = []
+    # The same in CPU seconds (the process's, and the calling thread's inside chain calls):
+    # on a machine shared with other work, wall time also counts the others' turns.
+    cpu_times: list[float] = []
+    chain_cpu_times: list[float] = []
     closed_total = 0
     for _ in range(cycles):
         before = core.cycles_started
         closes_before = client.calls.get("close_leases", 0)
         clock.advance(timedelta(seconds=1))
-        chain_before = client.chain_seconds
-        t = time.perf_counter()
+        chain_before, chain_cpu_before = client.chain_seconds, client.chain_cpu
+        t, cpu = time.perf_counter(), time.process_time()
         sidecar.reconcile("bench")
         assert sidecar.wait_cycles_after(before, timeout=600)
         times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - cpu)
         chain_times.append(client.chain_seconds - chain_before)
+        chain_cpu_times.append(client.chain_cpu - chain_cpu_before)
         closed_total += client.calls.get("close_leases", 0) - closes_before
     # Closed by our MsgCloseLease: the chain stores "credit exhausted" for a lease it finds so.
     closed_leases = sum(1 for lease in model.all_leases() if lease.provider_uuid == PROVIDER and lease.state == "CLOSED")
@@ -219,6 +228,9 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int) -> dict[str, Any]
         "cycle_times_s": [round(x, 3) for x in times],
         "cycle_in_chain_median_s": round(statistics.median(chain_times), 3),
         "cycle_sidecar_median_s": round(statistics.median(t - c for t, c in zip(times, chain_times)), 3),
+        "start_cpu_s": round(start_cpu, 3),
+        "cycle_cpu_sidecar_median_s": round(statistics.median(t - c for t, c in zip(cpu_times, chain_cpu_times)), 3),
+        "cycle_cpu_in_chain_median_s": round(statistics.median(chain_cpu_times), 3),
         "close_batches": closed_total,
         "close_batches_first_cycle": first_closes,
         "leases_closed_by_us": closed_leases,
@@ -267,6 +279,8 @@ def main() -> int:
         ("cycle_median_s", "check cycle, median (s)"),
         ("cycle_in_chain_median_s", "  of it in the chain model"),
         ("cycle_sidecar_median_s", "  the sidecar's own share"),
+        ("start_cpu_s", "start, CPU (s)"),
+        ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU"),
         ("rss_mb", "peak RSS, model incl. (MB)"),
     ):
         a, b = pooled[key], threaded[key]
@@ -306,7 +320,8 @@ def growth(args: argparse.Namespace) -> int:
     if small is None or large is None:
         return 1
     rows = (("start_s", "start N monitors (s)"), ("cycle_sidecar_median_s", "own share of a cycle (s)"),
-            ("own_rss_mb", "own RSS (MB)"), ("cycle_median_s", "whole cycle, model incl. (s)"))
+            ("own_rss_mb", "own RSS (MB)"), ("cycle_median_s", "whole cycle, model incl. (s)"),
+            ("start_cpu_s", "start, CPU (s)"), ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU (s)"))
     for r in (small, large):
         r["own_rss_mb"] = round(r["rss_mb"] - r["rss_model_mb"], 1)
     print(f"pooled, {args.leases_per_tenant} leases per tenant, 1% closable, on the chain model")
