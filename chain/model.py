@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Iterable, Iterator, Sequence
 
-from chain.addresses import InvalidAddress, address_bytes, credit_address, is_uuid7, uuid7
+from chain.addresses import InvalidAddress, address_bytes, credit_address, credit_address_bytes, is_uuid7, uuid7
 from chain.errors import (
     ACK_ACTIVE_CAP_EXCEEDED,
     ACK_DEADLINE_EXCEEDED,
@@ -289,6 +289,9 @@ class _Account:
     address_kind: str = "base"
     #: The credit address's account number (its own range: the node's accounts have theirs).
     number: int = 0
+    #: The tenant's and the credit address's bytes: the orders of ``CreditAccounts`` and ``DenomOwners``.
+    key: bytes = b""
+    credit_key: bytes = b""
 
 
 @dataclass
@@ -472,6 +475,9 @@ class BillingModel:
         self._accounts: dict[str, _Account] = {}
         #: credit address -> its account (``auth/Account`` and ``DenomOwners`` answer by address)
         self._by_credit_address: dict[str, _Account] = {}
+        #: The accounts in tenant and in credit address byte order, with those keys (``_orders``);
+        #: None: an account was made since. The list queries page through them.
+        self._ordered: tuple[list[bytes], list[_Account], list[bytes], list[_Account]] | None = None
         self._leases: dict[str, _Lease] = {}
         self._listeners: list[Callable[[TxEvents | BlockEvents], None]] = []
         self._tx_counter = itertools.count(1)
@@ -634,9 +640,10 @@ class BillingModel:
                 raise ChainError.billing(INVALID_CREDIT_OPERATION, "amount must be positive")
             acct = self._accounts.get(tenant)
             if acct is None:
-                acct = _Account(tenant, credit_address(tenant), number=CREDIT_ACCOUNT_NUMBERS + len(self._accounts))
+                acct = self._new_account(tenant, CREDIT_ACCOUNT_NUMBERS + len(self._accounts))
                 self._accounts[tenant] = acct
                 self._by_credit_address[acct.credit_address] = acct
+                self._ordered = None
             self._touch(acct)
             for c in amounts:
                 acct.balances[c.denom] = acct.balances.get(c.denom, 0) + c.amount
@@ -810,8 +817,7 @@ class BillingModel:
                     raise ValueError(f"genesis: tenant {tenant} already has a credit account")
                 if not spec.balances or any(c.amount <= 0 for c in spec.balances):
                     raise ChainError.billing(INVALID_CREDIT_OPERATION, "amount must be positive")
-                number = CREDIT_ACCOUNT_NUMBERS + len(self._accounts) + len(staged)
-                acct = staged[tenant] = _Account(tenant, credit_address(tenant), number=number)
+                acct = staged[tenant] = self._new_account(tenant, CREDIT_ACCOUNT_NUMBERS + len(self._accounts) + len(staged))
                 for c in spec.balances:
                     acct.balances[c.denom] = acct.balances.get(c.denom, 0) + c.amount
                 for spec_lease in spec.leases:
@@ -844,6 +850,8 @@ class BillingModel:
                 acct.leases.sort()
                 self._accounts[acct.tenant] = acct
                 self._by_credit_address[acct.credit_address] = acct
+            if staged:
+                self._ordered = None
             for provider_uuid, uuids in by_provider.items():
                 provider = self._providers[provider_uuid]
                 provider.leases.extend(uuids)
@@ -1690,9 +1698,28 @@ class BillingModel:
         tenant address byte order, ``key`` the first row to answer (inclusive, and a key no longer there
         starts at the next row: such a walk is never cut short), ``next_key`` the first row not answered."""
         with self._lock:
-            accounts = sorted(self._accounts.values(), key=lambda a: address_bytes(a.tenant))
-            rows, next_key, total = _collection_page([address_bytes(a.tenant) for a in accounts], page)
+            keys, accounts, _, _ = self._orders()
+            rows, next_key, total = _collection_page(keys, page)
             return tuple(self._account_record(accounts[i]) for i in rows), next_key, total
+
+    def _new_account(self, tenant: str, number: int) -> _Account:
+        return _Account(
+            tenant, credit_address(tenant), number=number,
+            key=address_bytes(tenant), credit_key=credit_address_bytes(tenant),
+        )
+
+    def _orders(self) -> tuple[list[bytes], list[_Account], list[bytes], list[_Account]]:
+        """(tenant keys, accounts) and (credit address keys, accounts), each in key order.
+
+        Sorted once for every page until an account is made: sorted for each
+        page, and every key decoded from its bech32 text again, a walk of the
+        accounts cost their square (at 100,000 accounts, minutes a walk).
+        """
+        if self._ordered is None:
+            by_tenant = sorted(self._accounts.values(), key=lambda a: a.key)
+            by_credit = sorted(self._accounts.values(), key=lambda a: a.credit_key)
+            self._ordered = ([a.key for a in by_tenant], by_tenant, [a.credit_key for a in by_credit], by_credit)
+        return self._ordered
 
     def _account_record(self, acct: _Account) -> CreditAccount:
         """The stored ``CreditAccount`` (fields 1-5, and 6-7 on the current chain), without balances."""
@@ -1715,12 +1742,10 @@ class BillingModel:
         with self._lock:
             if not _DENOM.fullmatch(denom or ""):
                 raise QueryRefused("INVALID_ARGUMENT", f"invalid denom: {denom}")
-            holders = sorted(
-                ((address_bytes(a.credit_address), a.credit_address, a.balances[denom])
-                 for a in self._accounts.values() if a.balances.get(denom, 0) > 0),
-            )
-            rows, next_key, total = _collection_page([h[0] for h in holders], page)
-            return tuple((holders[i][1], holders[i][2]) for i in rows), next_key, total
+            _, _, _, by_credit = self._orders()
+            holders = [a for a in by_credit if a.balances.get(denom, 0) > 0]
+            rows, next_key, total = _collection_page([a.credit_key for a in holders], page)
+            return tuple((holders[i].credit_address, holders[i].balances[denom]) for i in rows), next_key, total
 
     def credit_address_kind(self, address: str) -> tuple[str, int] | None:
         """(``auth/Account`` kind, account number) of a funded credit address; None for any other address."""
@@ -1975,15 +2000,12 @@ def _collection_page(keys: list[bytes], page: PageRequest) -> tuple[list[int], b
     if page.key and page.offset:
         raise QueryRefused("INVALID_ARGUMENT", "invalid request, either offset or key is expected, got both")
     limit = page.limit or DEFAULT_PAGE_LIMIT
-    order = list(range(len(keys) - 1, -1, -1)) if page.reverse else list(range(len(keys)))
-    if page.key:
-        if page.reverse:
-            order = [i for i in order if keys[i] <= page.key]
-        else:
-            order = order[bisect.bisect_left(keys, page.key):]
-    elif page.offset:
-        order = order[page.offset:]
-    rows = order[:limit]
-    next_key = keys[order[limit]] if len(order) > limit else b""
     total = len(keys) if page.count_total and not page.key else 0
-    return rows, next_key, total
+    # The rows in answer order are a run of indexes: forward from ``start``, or back from ``top - 1``.
+    if page.reverse:
+        top = bisect.bisect_right(keys, page.key) if page.key else max(0, len(keys) - page.offset)
+        rows = list(range(top - 1, max(top - 1 - limit, -1), -1))
+        return rows, (keys[top - 1 - limit] if top > limit else b""), total
+    start = bisect.bisect_left(keys, page.key) if page.key else page.offset
+    rows = list(range(start, min(start + limit, len(keys))))
+    return rows, (keys[start + limit] if start + limit < len(keys) else b""), total
