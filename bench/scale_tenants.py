@@ -8,8 +8,9 @@ baseline (pykka ``ThreadingActor``, one thread per tenant) in the same run:
   them, until each has handled its first message, on a sidecar that watches
   no tenant yet (those monitors are stopped before the tenants' own start);
 - cycle: one full check cycle (read leases, sample every tenant's credit,
-  decide, batch the closures of the 1% of tenants whose grace window is
-  over, close them on the model), median of several;
+  decide), median of several; the first cycle, which starts the tenants'
+  monitors, also batches the closures of the 1% whose credit is gone and
+  closes them on the model (shown, not timed);
 - RSS: the process's peak resident memory, model included; the sidecar's
   own is that less the RSS of the built model (its lease answers made).
 
@@ -45,8 +46,6 @@ sys.path.insert(0, str(ROOT))
 
 import pykka  # noqa: E402
 
-from messages.credit import LeasesSynced  # noqa: E402
-
 from actors.chain_io import InlineExecutor  # noqa: E402
 from actors.shell import CoreShell  # noqa: E402
 from actors.tenant_credit import TenantCredit  # noqa: E402
@@ -54,6 +53,7 @@ from chain.model import BillingModel, GenesisAccount, GenesisLease  # noqa: E402
 from chain.model_client import ModelChainClient  # noqa: E402
 from messages.chain import LeaseItem  # noqa: E402
 from messages.coins import Coin  # noqa: E402
+from messages.credit import LeasesSynced  # noqa: E402
 from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
