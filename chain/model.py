@@ -1742,10 +1742,9 @@ class BillingModel:
         with self._lock:
             if not _DENOM.fullmatch(denom or ""):
                 raise QueryRefused("INVALID_ARGUMENT", f"invalid denom: {denom}")
-            _, _, _, by_credit = self._orders()
-            holders = [a for a in by_credit if a.balances.get(denom, 0) > 0]
-            rows, next_key, total = _collection_page([a.credit_key for a in holders], page)
-            return tuple((holders[i].credit_address, holders[i].balances[denom]) for i in rows), next_key, total
+            _, _, keys, by_credit = self._orders()
+            rows, next_key, total = _collection_page(keys, page, lambda i: by_credit[i].balances.get(denom, 0) > 0)
+            return tuple((by_credit[i].credit_address, by_credit[i].balances[denom]) for i in rows), next_key, total
 
     def credit_address_kind(self, address: str) -> tuple[str, int] | None:
         """(``auth/Account`` kind, account number) of a funded credit address; None for any other address."""
@@ -1992,20 +1991,38 @@ def _message_event(action: str, sender: str, msg_index: str) -> ChainEvent:
     )
 
 
-def _collection_page(keys: list[bytes], page: PageRequest) -> tuple[list[int], bytes, int]:
+def _collection_page(
+    keys: list[bytes], page: PageRequest, keep: Callable[[int], bool] | None = None
+) -> tuple[list[int], bytes, int]:
     """``query.CollectionPaginate`` over rows whose keys are ``keys`` (sorted): (the indexes of the page's
     rows, ``next_key``, total). ``key`` starts the page at the first row at or after it (at or before it,
     ``reverse``); without one, ``offset`` rows are skipped and ``count_total`` counts every row. A limit
-    of 0 is ``DefaultLimit`` (100); the SDK caps no limit."""
+    of 0 is ``DefaultLimit`` (100); the SDK caps no limit.
+
+    ``keep``: the collection is only the rows it admits (``DenomOwners``: the holders of one denom,
+    among every account). A page costs the rows it passes over, not the whole collection: a walk of
+    100,000 accounts a page at a time cost their square.
+    """
     if page.key and page.offset:
         raise QueryRefused("INVALID_ARGUMENT", "invalid request, either offset or key is expected, got both")
     limit = page.limit or DEFAULT_PAGE_LIMIT
-    total = len(keys) if page.count_total and not page.key else 0
-    # The rows in answer order are a run of indexes: forward from ``start``, or back from ``top - 1``.
+    n = len(keys)
+    total = 0
+    if page.count_total and not page.key:
+        total = n if keep is None else sum(1 for i in range(n) if keep(i))
     if page.reverse:
-        top = bisect.bisect_right(keys, page.key) if page.key else max(0, len(keys) - page.offset)
-        rows = list(range(top - 1, max(top - 1 - limit, -1), -1))
-        return rows, (keys[top - 1 - limit] if top > limit else b""), total
-    start = bisect.bisect_left(keys, page.key) if page.key else page.offset
-    rows = list(range(start, min(start + limit, len(keys))))
-    return rows, (keys[start + limit] if start + limit < len(keys) else b""), total
+        i, step = (bisect.bisect_right(keys, page.key) if page.key else n) - 1, -1
+    else:
+        i, step = (bisect.bisect_left(keys, page.key) if page.key else 0), 1
+    skip = 0 if page.key else page.offset
+    rows: list[int] = []
+    while 0 <= i < n:
+        if keep is None or keep(i):
+            if skip:
+                skip -= 1
+            elif len(rows) == limit:
+                return rows, keys[i], total
+            else:
+                rows.append(i)
+        i += step
+    return rows, b"", total

@@ -50,3 +50,19 @@ def test_offsets_keys_between_rows_and_totals() -> None:
     assert _collection_page(KEYS, PageRequest(key=KEYS[5], limit=3, count_total=True))[2] == 0  # a key's page counts nothing
     with pytest.raises(QueryRefused):
         _collection_page(KEYS, PageRequest(key=KEYS[5], offset=2))
+
+
+def test_a_page_of_the_rows_kept_is_the_page_of_a_collection_of_those_rows_alone() -> None:
+    """``DenomOwners`` pages the holders of a denom among every account: as if they were listed alone."""
+    kept = {i for i in range(len(KEYS)) if _RANDOM.random() < 0.4}
+    alone = [KEYS[i] for i in sorted(kept)]
+    probes = [b"", KEYS[0], KEYS[13], KEYS[13] + b"\x00", KEYS[-1], b"\xff" * 5]
+    for limit in (1, 3, 10, 100):
+        for reverse in (False, True):
+            pages = [PageRequest(key=k, limit=limit, reverse=reverse, count_total=True) for k in probes]
+            pages += [PageRequest(offset=o, limit=limit, reverse=reverse, count_total=True) for o in (1, 5, 40)]
+            for page in pages:
+                rows, next_key, total = _collection_page(KEYS, page, lambda i: i in kept)
+                want_rows, want_next, want_total = _collection_page(alone, page)
+                assert [KEYS[i] for i in rows] == [alone[i] for i in want_rows], page
+                assert (next_key, total) == (want_next, want_total), page
