@@ -1611,7 +1611,8 @@ class BillingModel:
         out: list[LeaseRecord] = []
         next_key = b""
         total = skipped = 0
-        for u in ordered[start:]:
+        for at in range(start, len(ordered)):  # not ordered[start:]: a copy of the rest for every page
+            u = ordered[at]
             lease = self._leases[u]
             if keep is not None and not keep(lease):
                 continue
