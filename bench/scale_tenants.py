@@ -345,7 +345,8 @@ def growth(args: argparse.Namespace) -> int:
         return 1
     rows = (("start_s", "start N monitors (s)"), ("cycle_sidecar_median_s", "own share of a cycle (s)"),
             ("own_rss_mb", "own RSS (MB)"), ("cycle_median_s", "whole cycle, model incl. (s)"),
-            ("start_cpu_s", "start, CPU (s)"), ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU (s)"))
+            ("start_cpu_s", "start, CPU (s)"), ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU (s)"),
+            ("cycle_in_chain_median_s", "the chain model's share (s)"), ("gc_in_cycles_s", "collector, all cycles (s)"))
     for r in (small, large):
         r["own_rss_mb"] = round(r["rss_mb"] - r["rss_model_mb"], 1)
     print(f"pooled, {args.leases_per_tenant} leases per tenant, 1% closable, on the chain model")
