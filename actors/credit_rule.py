@@ -130,8 +130,11 @@ _NO_COINS: dict[str, int] = {}
 def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime) -> list[LeaseCredit]:
     """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``.
 
-    (Run for every read of every tenant: the common case, one denom and few
-    leases, goes without sorting, and the notes' text is made only if asked.)
+    (Run for every read of every tenant. What the other leases take from a
+    lease's credit is the sum over every lease less the lease's own part, so
+    a read costs time in its leases, not in their square; a runway beyond the
+    horizon is known from those sums without solving for it. The common case,
+    one denom, goes without sorting, and the notes' text is made only if asked.)
     """
     balances = coins_to_dict(account.balances)
     reserved = coins_to_dict(account.reserved_amounts) if account.reserved_amounts else _NO_COINS
@@ -144,18 +147,54 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
     # Per lease: (lease, its rate per denom, microseconds since its last settlement, its own tranche per denom).
     unattributed = coins_to_dict(account.unattributed_reserved_amounts) if isolated else _NO_COINS
     table = []
+    # Per denom, over every lease charged in it: what it accrued beyond its own tranche, in
+    # whole seconds now (``taken`` from the others) and on the continuous line at the horizon
+    # (``_runway_us``'s test for a runway beyond it); and each lease's own part of both, by
+    # uuid, for it is not one of its own others however often it is listed.
+    over_now: dict[str, int] = {}
+    over_far: dict[str, int] = {}
+    own_parts: dict[str, dict[str, tuple[int, int]]] = {}
+    since: dict[datetime, int] = {}  # a tenant's leases mostly share their last settlement (one tx)
     for lease in tenant_leases:
         settled = lease.last_settled_at
-        table.append((
-            lease,
-            lease.rate_per_second(),
-            max(0, (now - settled) // _MICROSECOND) if settled else 0,
-            _own(lease, unattributed) if isolated else _NO_COINS,
-        ))
+        items = lease.items
+        if len(items) == 1:  # the common lease: one item, so one denom (rate_per_second's answer)
+            price = items[0].locked_price
+            rates = {price.denom: price.amount * items[0].quantity}
+        else:
+            rates = lease.rate_per_second()
+        if settled is None:
+            elapsed = 0
+        else:
+            elapsed = since.get(settled, -1)
+            if elapsed < 0:
+                elapsed = since[settled] = max(0, (now - settled) // _MICROSECOND)
+        own = _own(lease, unattributed) if isolated else _NO_COINS
+        table.append((lease, rates, elapsed, own))
+        parts = own_parts.get(lease.uuid)
+        if parts is None:
+            parts = own_parts[lease.uuid] = {}
+        whole = elapsed // _US
+        for denom, r in rates.items():
+            if r <= 0:
+                continue
+            a = own.get(denom, 0)
+            at_now = r * whole - a
+            if at_now < 0:
+                at_now = 0
+            at_far = r * (elapsed + _HORIZON_US) - a * _US
+            if at_far < 0:
+                at_far = 0
+            over_now[denom] = over_now.get(denom, 0) + at_now
+            over_far[denom] = over_far.get(denom, 0) + at_far
+            mine = parts.get(denom)
+            parts[denom] = (at_now, at_far) if mine is None else (mine[0] + at_now, mine[1] + at_far)
     out = []
+    horizon_at: datetime | None = None
     for lease, rates, elapsed, own in table:
         if lease.uuid not in ours:
             continue
+        parts = own_parts[lease.uuid]
         gone: list[str] = []
         details: list[tuple[Any, ...]] = []
         soonest: tuple[int, str, tuple[Any, ...]] | None = None  # (us from now, denom, numbers)
@@ -169,19 +208,8 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
             else:
                 tranche = 0
                 spendable = balance
-            # Every other lease charged in this denom: (rate, elapsed us, tranche it pays from first).
-            others = []
-            taken = 0
-            for j, j_rates, j_elapsed, j_own in table:
-                if j.uuid == lease.uuid:  # (a lease listed twice is still itself)
-                    continue
-                r = j_rates.get(denom, 0)
-                if r > 0:
-                    a = j_own.get(denom, 0)
-                    others.append((r, j_elapsed, a))
-                    over = r * (j_elapsed // _US) - a
-                    if over > 0:
-                        taken += over
+            mine_now, mine_far = parts[denom]
+            taken = over_now[denom] - mine_now
             accrued = rate * (elapsed // _US)
             usable = spendable - taken
             numbers = (isolated, denom, accrued, usable, balance, reserved.get(denom, 0), tranche, taken)
@@ -189,7 +217,10 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
                 gone.append(denom)
                 details.append(numbers + (">=",))
                 continue
-            wait = _runway_us(rate, elapsed, others, spendable)
+            if rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far < 0:
+                wait = _HORIZON_US  # beyond the horizon even on the continuous line: nothing to solve
+            else:
+                wait = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
             if soonest is None or wait < soonest[0]:
                 soonest = (wait, denom, numbers + ("<",))
         if gone:
@@ -199,8 +230,25 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
         else:
             wait = soonest[0]
             clamped = wait >= _HORIZON_US
-            at = now + timedelta(microseconds=min(wait, _HORIZON_US))
+            if clamped:
+                if horizon_at is None:
+                    horizon_at = now + DEPLETION_HORIZON
+                at = horizon_at
+            else:
+                at = now + timedelta(microseconds=wait)
             out.append(LeaseCredit(lease.uuid, (), at, clamped, (soonest[2],), rule))
+    return out
+
+
+def _others(table: list[tuple[Lease, dict[str, int], int, dict[str, int]]], uuid: str, denom: str) -> list[tuple[int, int, int]]:
+    """Every other lease charged in ``denom``: (rate, elapsed us, the tranche it pays from first)."""
+    out = []
+    for j, j_rates, j_elapsed, j_own in table:
+        if j.uuid == uuid:  # (a lease listed twice is still itself)
+            continue
+        r = j_rates.get(denom, 0)
+        if r > 0:
+            out.append((r, j_elapsed, j_own.get(denom, 0)))
     return out
 
 

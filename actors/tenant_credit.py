@@ -97,8 +97,21 @@ def _moved(before: datetime | None, after: datetime | None, tolerance: timedelta
     return abs(after - before) > tolerance
 
 
+#: What a monitor whose leases never lost their details restores charged denoms from: nothing (shared).
+_NONE_RESTORED: frozenset[str] = frozenset()
+
+
 class TenantCredit:
-    """The state a tenant actor holds, and the rules that move it."""
+    """The state a tenant actor holds, and the rules that move it.
+
+    Slots, not a ``__dict__``: a sidecar holds one per tenant for its whole life.
+    """
+
+    __slots__ = (
+        "tenant", "settings", "leases", "last_balances", "last_sample_at", "consecutive_errs", "zero_since",
+        "depletion_at", "recheck_at", "closing", "_closing_cycle", "_saved", "_saved_key", "_charged",
+        "_restored_charged", "_clamped", "_sorted", "_lease_changes", "read_height", "_reference", "_doubted",
+    )
 
     def __init__(self, tenant: str, settings: SchedulerSettings) -> None:
         self.tenant = tenant
@@ -119,7 +132,7 @@ class TenantCredit:
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
         #: charged denoms as persisted, for leases whose details a restart lost
-        self._restored_charged: set[str] = set()
+        self._restored_charged: frozenset[str] = _NONE_RESTORED
         #: the last estimate was clamped to the horizon
         self._clamped = False
         #: (sorted lease uuids, sorted charged denoms) for snapshots; None: recompute
@@ -159,7 +172,7 @@ class TenantCredit:
     def _restore(self, s: TenantSnapshot) -> None:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
-        self._restored_charged = set(s.charged_denoms)
+        self._restored_charged = frozenset(s.charged_denoms)
         self._leases_changed()
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
         self.last_sample_at = s.last_sample_at

@@ -35,6 +35,7 @@ __all__ = [
     "is_address",
     "address_of",
     "credit_address",
+    "credit_address_bytes",
     "is_uuid7",
     "uuid7",
 ]
@@ -98,15 +99,19 @@ def address_of(data: bytes, prefix: str = BECH32_PREFIX) -> str:
 _CREDIT: dict[str, str] = {}
 
 
+def credit_address_bytes(tenant: str, prefix: str = BECH32_PREFIX) -> bytes:
+    """The 32 bytes of the tenant's credit address (what the bank's index orders it by)."""
+    key = hashlib.sha256(CREDIT_ADDRESS_PREFIX + address_bytes(tenant, prefix)).digest()
+    typ = hashlib.sha256(b"module").digest()
+    return hashlib.sha256(typ + MODULE_NAME + b"\x00" + key).digest()
+
+
 def credit_address(tenant: str, prefix: str = BECH32_PREFIX) -> str:
     """The tenant's credit address (where its credit balance is held)."""
     found = _CREDIT.get(tenant)
     if found is not None:
         return found
-    key = hashlib.sha256(CREDIT_ADDRESS_PREFIX + address_bytes(tenant, prefix)).digest()
-    typ = hashlib.sha256(b"module").digest()
-    derived = hashlib.sha256(typ + MODULE_NAME + b"\x00" + key).digest()
-    text = address_of(derived, prefix)
+    text = address_of(credit_address_bytes(tenant, prefix), prefix)
     if len(_CREDIT) >= _CACHE_LIMIT:
         _CREDIT.clear()
     _CREDIT[tenant] = text

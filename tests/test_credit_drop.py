@@ -43,6 +43,11 @@ def test_a_fall_within_what_the_leases_spend_is_plausible_and_one_to_zero_beyond
     assert implausible_drop(ref, account(10), leases, T0 + timedelta(seconds=60)) is None
     # a balance that rose (credit funded) is never doubted
     assert implausible_drop(ref, account(200_000), leases, T0 + timedelta(seconds=1)) is None
+    # the bound exactly: 515 unsettled at the reference, then 61 s (rounded up, and one more)
+    # of both reads' leases, 15 + 15 a second: 2,345 may fall to zero, one more may not
+    at = T0 + timedelta(seconds=60)
+    assert implausible_drop(reference(account(2_345), leases, T0), account(0), leases, at) is None
+    assert "(2345 at most)" in implausible_drop(reference(account(2_346), leases, T0), account(0), leases, at)
 
 
 def test_a_lease_whose_last_settlement_is_unknown_gives_no_bound() -> None:

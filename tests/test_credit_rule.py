@@ -139,3 +139,31 @@ def test_random_tenants_the_rule_never_says_credit_when_the_chain_would_close():
                     m.withdraw(OTHER_ADDRESS, provider_uuid=OTHER)
                 except Exception:
                     pass
+
+
+def test_what_the_other_leases_take_is_summed_over_each_lease_but_itself_even_listed_twice():
+    """Many leases in two denoms, one listed twice: each lease's ``taken`` is every other
+    lease's accrual beyond its own tranche, in whole seconds, never its own."""
+    clock, m = setup(ChainParams(min_lease_duration=30))
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 10**6), Coin("upwr", 10**6)])
+    ours = {m.create_lease(t, PROVIDER, [item(1 + i % 4, denom=("umfx", "upwr")[i % 2])]).uuid for i in range(6)}
+    for i in range(5):
+        m.create_lease(t, OTHER, [item(2 + i, denom=("umfx", "upwr")[i % 2]), item(1)])
+    clock.advance(timedelta(seconds=95))
+    account, _ = m.credit_account(t)
+    leases = [r.lease for r in m.leases_by_tenant(t, "ACTIVE")[0]]
+    listed = leases + [leases[3]]
+    isolated = m.version.reservation_isolation
+
+    def beyond_tranche(lease, denom):  # type: ignore[no-untyped-def]
+        rate = lease.rate_per_second().get(denom, 0)
+        tranche = sum(c.amount for c in lease.reservation or () if c.denom == denom) if isolated else 0
+        return max(0, rate * 95 - tranche) if rate else 0
+
+    verdicts = judge(account, listed, ours, clock.now())
+    assert len(verdicts) == len(ours) + (leases[3].uuid in ours)
+    for v in verdicts:
+        (denom,) = [d for d in ("umfx", "upwr") if f"{d}:" in v.detail]
+        taken = sum(beyond_tranche(j, denom) for j in listed if j.uuid != v.lease_uuid)
+        assert taken > 0 and (f"unreserved accrual {taken})" in v.detail or f"unsettled accrual {taken}" in v.detail), v

@@ -71,6 +71,68 @@ def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
     assert not ref.is_alive()
 
 
+def test_a_mailbox_keeps_order_through_bursts_and_lets_read_mail_go() -> None:
+    """Mail arriving while earlier mail is read, in bursts deeper than one run's throughput."""
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now, throughput=7)
+    ref = Counter.start(d, "c")
+    inbox = ref.actor_inbox
+    sent = 0
+    for burst in (1, 50, 3, 200):
+        for _ in range(burst):
+            ref.tell(sent)
+            sent += 1
+        assert len(inbox) == burst and not inbox.empty()  # type: ignore[arg-type]
+        mailbox = inbox._mail  # type: ignore[attr-defined]
+        d._runq.popleft().run(7)  # one run: seven read, the rest waiting, the read ones let go
+        read = min(burst, 7)
+        assert len(inbox) == burst - read  # type: ignore[arg-type]
+        assert mailbox.count(None) == (read if burst > read else 0)
+        d.run_until_idle()
+        assert inbox.empty() and inbox._mail == []  # type: ignore[attr-defined]
+    actor = inbox.actor  # type: ignore[attr-defined]
+    assert actor.handled == list(range(sent))
+    ref.stop(block=False)
+    d.run_until_idle()
+
+
+def test_a_pooled_actors_stopped_flag_wakes_a_waiter_and_stop_can_block() -> None:
+    clock = ManualClock()
+    d = ThreadedDispatcher(clock.now, workers=1)
+    try:
+        refs = [Counter.start(d, f"c{i}") for i in range(3)]
+        assert len({r.actor_urn for r in refs}) == 3 and all(r.actor_urn.startswith("urn:uuid:") for r in refs)
+        waiter_saw: list[bool] = []
+        waiter = threading.Thread(target=lambda: waiter_saw.append(refs[0].actor_stopped.wait(5)))
+        waiter.start()
+        refs[0].stop(block=True, timeout=5)
+        waiter.join(5)
+        assert waiter_saw == [True] and not refs[0].is_alive()
+        assert refs[1].actor_stopped.wait(0.01) is False and refs[1].is_alive()
+        with pytest.raises(pykka.ActorDeadError):
+            refs[0].tell("late")
+    finally:
+        for r in refs[1:]:
+            r.stop(block=True, timeout=5)
+        d.shutdown()
+
+
+def test_a_pooled_actor_answers_its_proxy_as_a_pykka_actor_does() -> None:
+    """Messages of pykka's own (a proxy's calls and attribute reads) go through pykka; the rest straight to on_receive."""
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    ref = Counter.start(d, "c")
+    proxy = ref.proxy()
+    assert d.wait(proxy.on_receive("by proxy")) == "by proxy"
+    assert d.wait(proxy.handled) == ["by proxy"]
+    ref.tell("told")
+    d.run_until_idle()
+    assert ref.actor_inbox.actor.handled == ["by proxy", "told"]  # type: ignore[attr-defined]
+    ref.stop(block=False)
+    d.run_until_idle()
+    assert not ref.is_alive()
+
+
 def test_threaded_dispatcher_runs_each_actor_one_message_at_a_time() -> None:
     clock = ManualClock()
     d = ThreadedDispatcher(clock.now, workers=2, throughput=3)
