@@ -195,7 +195,7 @@ def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> Ca
 class _Decoding:
     """Turns a frame body into records, mapping every decode failure to a capture error.
 
-    Format 4 bodies go to ``capture.typed`` (msgspec, typed); formats 1 to 3
+    Format 4 and 5 bodies go to ``capture.typed`` (msgspec, typed); formats 1 to 3
     to ``capture.wire``'s decoder (msgpack, built by name): one decoder per
     format family, so the captures older builds wrote still replay.
     """
@@ -210,7 +210,7 @@ class _Decoding:
     def new_file(self, format: int) -> None:
         self.format = format
         if format >= TYPED_SINCE:
-            self.typed.reset()
+            self.typed.reset(format)
         else:
             self.decoder.reset(format)
 
@@ -276,7 +276,7 @@ class _Decoding:
     def _typed_frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         typed = self.typed
         self.clean = True
-        if len(body) >= 2 and body[0] == 0x92 and body[1] == KIND_DELIVERIES:
+        if len(body) >= 2 and (body[0] == 0x92 or body[0] == 0x94) and body[1] == KIND_DELIVERIES:
             try:
                 records = typed.deliveries(body)
             except CodecError as exc:

@@ -1,4 +1,4 @@
-"""Capture format 4: deliveries as msgspec writes them, read back typed in one C call per frame.
+"""Capture formats 4 and 5: deliveries as msgspec writes them, read back typed in one C call per frame.
 
 A deliveries frame's body is ``[0, [[seq, at, sender, recipient, cause,
 message], ...]]``, each message the array ``messages.codec`` writes (its tag,
@@ -20,9 +20,12 @@ decoder reads it. Otherwise (a field renamed, removed or moved, a newer
 schema version) the file is read by name (``_ByName``): slower, and just as
 exact.
 
-Leases are not interned as format 3 interned them: encoding and decoding a
-lease is a C call now, and a changed lease (every settlement changes its
-``last_settled_at``) was written whole anyway.
+Format 4 wrote every lease whole, every time. Format 5 writes each once per
+version per file and names it by number (``capture.interning``): a frame's
+body is ``[0, [...], base, [lease, ...]]``, and the messages that hold
+leases are decoded as their *twins* (the same tag and fields, an int in
+place of each lease: ``_twin``), then built for real with the frame's
+leases, a Python call for each such message only.
 
 A delivery whose message is no registered type is written with an
 ``OpaqueRecord`` in its place (its Python type name), so replay knows an
@@ -37,8 +40,11 @@ from typing import Annotated, Any, Iterable
 
 import msgspec
 
-from capture.format import DeliveryRecord, OpaqueDelivery
+from capture.format import INTERNED_SINCE, DeliveryRecord, OpaqueDelivery
+from capture.interning import MANY, ONE, OPTIONAL, LeaseTable, SettledVersion, converter, lease_fields
 from capture.wire import type_entry
+from messages.chain import Lease
+from messages.coins import Coin
 from messages.codec import (
     CodecError,
     NewerSchemaVersion,
@@ -129,6 +135,8 @@ class TypedEncoder:
         try:
             if type(value) is tuple and len(value) == 2 and value[0] == 0:
                 _typed().frame.decode(data)
+            elif type(value) is tuple and len(value) == 4 and value[0] == 0:
+                _typed().frame5.decode(data)  # format 5: rows, base, lease definitions
             elif isinstance(value, tuple) and len(value) == 6:
                 _typed().one.decode(data)
         except (msgspec.ValidationError, CodecError) as exc:
@@ -166,6 +174,29 @@ def _record_type(union: Any) -> type:
     return DeliveryRecord
 
 
+def _twin(cls: type, spec: tuple[tuple[int, int], ...]) -> type:
+    """``cls`` as format 5 writes it: the same tag and fields, an int (a lease's index) in place of each lease."""
+    hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
+    names = cls.__struct_fields__  # type: ignore[attr-defined]
+    defaults = cls.__struct_defaults__  # type: ignore[attr-defined]
+    first_default = len(names) - len(defaults)
+    shapes = dict(spec)
+    fields: list[Any] = []
+    for pos, name in enumerate(names):
+        tp = {ONE: int, OPTIONAL: typing.Optional[int], MANY: tuple[int, ...]}.get(shapes.get(pos), hints[name])  # type: ignore[arg-type]
+        if pos < first_default:
+            fields.append((name, tp))
+            continue
+        default = defaults[pos - first_default]
+        if type(default).__name__ == "Factory":  # a default_factory
+            default = msgspec.field(default_factory=default.factory)
+        fields.append((name, tp, default))
+    return msgspec.defstruct(
+        f"{cls.__name__}Wire", fields, tag=cls.MESSAGE_NAME, array_like=True, frozen=True, gc=False,  # type: ignore[attr-defined]
+        module=__name__,
+    )
+
+
 class _Typed:
     """The typed decoders of one set of message types (this build's, cached)."""
 
@@ -176,6 +207,25 @@ class _Typed:
         self.rows = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw]])
         self.one = msgspec.msgpack.Decoder(self.record, ext_hook=_ext_hook)
         self.own = {c.MESSAGE_NAME: c for c in types}  # type: ignore[attr-defined]
+        # Format 5 (capture.interning): the types that hold leases are read as
+        # their twins, an index in place of each lease, then built for real.
+        #: twin type -> (the real type, its lease fields)
+        self.twins: dict[type, tuple[type, tuple[tuple[int, int], ...]]] = {}
+        wire_types = []
+        for c in types:
+            spec = lease_fields(c)
+            if spec:
+                twin = _twin(c, spec)
+                self.twins[twin] = (c, spec)
+                wire_types.append(twin)
+            else:
+                wire_types.append(c)
+        # (after the format 4 decoders: _record_type re-types DeliveryRecord for the next decoder made)
+        record5 = _record_type(message_union([*wire_types, OpaqueRecord]))
+        defs = list[typing.Union[Lease, SettledVersion]]  # type: ignore[valid-type]
+        self.frame5 = msgspec.msgpack.Decoder(tuple[int, list[record5], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
+        self.rows5 = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
+        self.one5 = msgspec.msgpack.Decoder(record5, ext_hook=_ext_hook)
 
 
 _TYPED: dict[frozenset[type], _Typed] = {}
@@ -191,9 +241,9 @@ def _typed() -> _Typed:
 
 
 class TypedDecoder:
-    """Format 4 deliveries bodies back to records, for the file being read (``declare`` its table first)."""
+    """Format 4 and 5 deliveries bodies back to records, for the file being read (``declare`` its table first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, format: int = INTERNED_SINCE) -> None:
         self._t = _typed()
         #: The file's type table, where it differs from this build's types: read by name.
         self._by_name: _ByName | None = None
@@ -201,12 +251,21 @@ class TypedDecoder:
         self.clean = True
         #: The file's declared types: name -> (version, fields).
         self._table: dict[str, tuple[int, tuple[str, ...]]] = {}
+        #: Format 5: the leases the file has defined so far (``capture.interning``).
+        self.leases = LeaseTable()
+        self.format = format
+        self._converters: dict[type, Any] = {}
+        self.reset(format)
 
-    def reset(self) -> None:
-        """A new file: its types are declared afresh."""
+    def reset(self, format: int | None = None) -> None:
+        """A new file (of ``format``, default: the same as the last): its types and leases are declared afresh."""
         self._t = _typed()
         self._by_name = None
         self._table = {}
+        self.leases.reset()
+        if format is not None:
+            self.format = format
+        self._converters = {twin: converter(cls, spec, self.leases) for twin, (cls, spec) in self._t.twins.items()}
 
     def declare(self, entries: Any) -> None:
         """Take a ``TYPES`` record's entries, checked against this build's types (see the module doc)."""
@@ -230,7 +289,7 @@ class TypedDecoder:
                 continue  # unknown here: only a record that uses it is refused (its tag is unknown)
             mine = cls.__struct_fields__  # type: ignore[attr-defined]
             if version > cls.MESSAGE_VERSION or mine[: len(fields)] != fields:  # type: ignore[attr-defined]
-                self._by_name = _ByName(table, own)
+                self._by_name = _ByName(table, own, self.leases if self.format >= INTERNED_SINCE else None)
                 return
 
     def deliveries(self, body: bytes) -> list[Any]:
@@ -243,6 +302,8 @@ class TypedDecoder:
             records = self._by_name.deliveries(body)
             self.clean = not any(isinstance(r, CodecError) for r in records)
             return records
+        if self.format >= INTERNED_SINCE:
+            return self._interned(body)
         try:
             records = self._t.frame.decode(body)[1]
         except (msgspec.ValidationError, CodecError, TypeError, ValueError):
@@ -253,17 +314,79 @@ class TypedDecoder:
             return [_opaque(r) if type(r.message) is OpaqueRecord else r for r in records]
         return records  # type: ignore[no-any-return]
 
+    def _interned(self, body: bytes) -> list[Any]:
+        """A format 5 body: its lease definitions taken, then its records built with their leases."""
+        try:
+            _, records, base, defs = self._t.frame5.decode(body)
+        except (msgspec.ValidationError, CodecError, TypeError, ValueError):
+            return self._one_by_one5(body)
+        except msgspec.DecodeError as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        self.leases.define(base, defs)
+        convert = self._converters
+        opaque = b"~opaque" in body
+        try:
+            for i, r in enumerate(records):
+                m = r[5]
+                c = convert.get(type(m))
+                if c is not None:
+                    records[i] = _new_record(DeliveryRecord, (r[0], r[1], r[2], r[3], r[4], c(m)))
+                elif opaque and type(m) is OpaqueRecord:
+                    records[i] = _opaque(r)
+        except CodecError:
+            return self._built_one_by_one(records)
+        finally:
+            self.leases.forget_superseded()
+        return records  # type: ignore[no-any-return]
+
+    def _built_one_by_one(self, records: list[Any]) -> list[Any]:
+        """Records decoded, one of them (at least) referring to a lease no intact frame defined."""
+        out: list[Any] = []
+        convert = self._converters
+        for r in records:
+            if type(r) is not DeliveryRecord:
+                out.append(r)  # made opaque already
+                continue
+            if type(r.message) is OpaqueRecord:
+                out.append(_opaque(r))
+                continue
+            c = convert.get(type(r.message))
+            try:
+                out.append(r if c is None else _new_record(DeliveryRecord, (*r[:5], c(r.message))))
+            except CodecError as exc:
+                out.append(exc)
+        self.clean = not any(isinstance(r, CodecError) for r in out)
+        return out
+
     def _one_by_one(self, body: bytes) -> list[Any]:
         """A body with a bad record: each record decoded alone, the bad one(s) as their errors."""
         try:
             rows = self._t.rows.decode(body)[1]
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise CodecError(f"deliveries record is not [0, [...]]: {exc}") from None
+        return self._rows_one_by_one(rows, self._t.one)
+
+    def _one_by_one5(self, body: bytes) -> list[Any]:
+        """A format 5 body with a bad record: its definitions taken (they serve every record), then each record alone."""
+        try:
+            _, rows, base, defs = self._t.rows5.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError) as exc:
+            raise CodecError(f"deliveries record is not [0, [...], base, [lease, ...]]: {exc}") from None
+        self.leases.define(base, defs)
+        try:
+            return self._rows_one_by_one(rows, self._t.one5)
+        finally:
+            self.leases.forget_superseded()
+
+    def _rows_one_by_one(self, rows: list[Any], one: Any) -> list[Any]:
         out: list[Any] = []
-        one = self._t.one
+        convert = self._converters
         for raw in rows:
             try:
                 r = one.decode(raw)
+                c = convert.get(type(r.message))
+                if c is not None:
+                    r = _new_record(DeliveryRecord, (*r[:5], c(r.message)))
             except (msgspec.ValidationError, CodecError, TypeError, ValueError) as exc:
                 out.append(_why(raw, exc, self._t.own))
                 continue
@@ -273,6 +396,10 @@ class TypedDecoder:
             out.append(_opaque(r) if type(r.message) is OpaqueRecord else r)
         self.clean = not any(isinstance(r, CodecError) for r in out)
         return out
+
+
+#: Builds a ``DeliveryRecord`` (a named tuple) from its six values in C.
+_new_record = tuple.__new__
 
 
 def _opaque(r: Any) -> OpaqueDelivery:
@@ -301,26 +428,52 @@ class _ByName:
     messages nested in it: the reader's classes, the writer's field names.
     """
 
-    def __init__(self, table: dict[str, tuple[int, tuple[str, ...]]], own: dict[str, type]) -> None:
+    def __init__(
+        self, table: dict[str, tuple[int, tuple[str, ...]]], own: dict[str, type], leases: LeaseTable | None = None
+    ) -> None:
         self.table = table
         self.own = own
         self._hints: dict[type, dict[str, Any]] = {}
         self._decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+        #: Format 5: the file's leases, which its records name by index (None: format 4, leases written whole).
+        self.leases = leases
 
     def deliveries(self, body: bytes) -> list[Any]:
         try:
             value = self._decoder.decode(body)
         except (msgspec.DecodeError, CodecError) as exc:
             raise CodecError(f"malformed msgpack: {exc}") from None
-        if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
-            raise CodecError("deliveries record is not [0, [...]]")
+        leases = self.leases
+        if leases is None:
+            if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
+                raise CodecError("deliveries record is not [0, [...]]")
+        else:
+            if not (isinstance(value, list) and len(value) == 4 and isinstance(value[1], list)
+                    and type(value[2]) is int and isinstance(value[3], list)):
+                raise CodecError("deliveries record is not [0, [...], base, [lease, ...]]")
+            leases.define(value[2], [self._definition(d) for d in value[3]])
         out: list[Any] = []
-        for row in value[1]:
-            try:
-                out.append(self._row(row))
-            except CodecError as exc:
-                out.append(exc)
+        try:
+            for row in value[1]:
+                try:
+                    out.append(self._row(row))
+                except CodecError as exc:
+                    out.append(exc)
+        finally:
+            if leases is not None:
+                leases.forget_superseded()
         return out
+
+    def _definition(self, d: Any) -> Any:
+        """A lease definition of a format 5 frame: a lease by name, or a ``SettledVersion``."""
+        if isinstance(d, list) and d and d[0] == "~settled":
+            if len(d) != 4 or type(d[1]) is not int:
+                raise CodecError("a settled lease version is not [~settled, prev, last_settled_at, reservation]")
+            return SettledVersion(d[1], d[2], self._value(d[3], typing.Optional[tuple[Coin, ...]]))
+        lease = self._message(d)
+        if type(lease) is not Lease:
+            raise CodecError(f"a lease definition holds a {type(lease).__name__}")
+        return lease
 
     def _row(self, row: Any) -> Any:
         if not isinstance(row, list) or len(row) != 6:
@@ -365,7 +518,12 @@ class _ByName:
             raise CodecError(f"message type {name!r}: {exc}") from exc
 
     def _value(self, v: Any, tp: Any) -> Any:
-        """``v`` as a value of ``tp``: nested messages built, arrays as tuples, big ints read."""
+        """``v`` as a value of ``tp``: nested messages built, arrays as tuples, big ints read, leases looked up."""
+        if type(v) is int and self.leases is not None and (tp is Lease or tp == typing.Optional[Lease]):
+            lease = self.leases.objects.get(v)
+            if lease is None:
+                raise self.leases.missing(v)
+            return lease
         if isinstance(v, msgspec.msgpack.Ext):
             return decode_big_int(v.data) if v.code == _EXT_BIG_INT else v
         if not isinstance(v, list):
