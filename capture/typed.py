@@ -226,6 +226,12 @@ class _Typed:
         self.frame5 = msgspec.msgpack.Decoder(tuple[int, list[record5], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
         self.rows5 = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
         self.one5 = msgspec.msgpack.Decoder(record5, ext_hook=_ext_hook)
+        # Read lazily (``TypedDecoder.rows``): each record's message left as its bytes, decoded when asked for.
+        lazy = _record_type(msgspec.Raw)
+        self.lazy4 = msgspec.msgpack.Decoder(tuple[int, list[lazy]])  # type: ignore[valid-type]
+        self.lazy5 = msgspec.msgpack.Decoder(tuple[int, list[lazy], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
+        self.message4 = msgspec.msgpack.Decoder(union, ext_hook=_ext_hook)
+        self.message5 = msgspec.msgpack.Decoder(message_union([*wire_types, OpaqueRecord]), ext_hook=_ext_hook)
 
 
 _TYPED: dict[frozenset[type], _Typed] = {}
@@ -251,6 +257,9 @@ class TypedDecoder:
         self.clean = True
         #: The file's declared types: name -> (version, fields).
         self._table: dict[str, tuple[int, tuple[str, ...]]] = {}
+        #: The file declares a type this build does not know: its records are all decoded as
+        #: they are read (so that one of that type is refused where it is), never lazily.
+        self._unknown = False
         #: Format 5: the leases the file has defined so far (``capture.interning``).
         self.leases = LeaseTable()
         self.format = format
@@ -262,6 +271,7 @@ class TypedDecoder:
         self._t = _typed()
         self._by_name = None
         self._table = {}
+        self._unknown = False
         self.leases.reset()
         if format is not None:
             self.format = format
@@ -286,6 +296,7 @@ class TypedDecoder:
             version, fields = table[name]
             cls = own.get(name)
             if cls is None:
+                self._unknown = True
                 continue  # unknown here: only a record that uses it is refused (its tag is unknown)
             mine = cls.__struct_fields__  # type: ignore[attr-defined]
             if version > cls.MESSAGE_VERSION or mine[: len(fields)] != fields:  # type: ignore[attr-defined]
@@ -313,6 +324,51 @@ class TypedDecoder:
         if b"~opaque" in body:
             return [_opaque(r) if type(r.message) is OpaqueRecord else r for r in records]
         return records  # type: ignore[no-any-return]
+
+    @property
+    def lazy(self) -> bool:
+        """Whether this file's records can be read lazily (``rows``): typed, and every type it declares known."""
+        return self._by_name is None and not self._unknown
+
+    def rows(self, body: bytes) -> list[Any] | None:
+        """The records of a deliveries body with each message left as its bytes (``msgspec.Raw``),
+        for ``materialize`` to decode when it is needed; a frame's leases are defined at once.
+
+        None when the body cannot be read this way (``deliveries`` reads it, and says why).
+        Only for a file that is ``lazy``.
+        """
+        self.clean = True
+        try:
+            if self.format >= INTERNED_SINCE:
+                _, records, base, defs = self._t.lazy5.decode(body)
+                self.leases.define(base, defs)  # the versions they replace are kept until the next frame's
+            else:
+                records = self._t.lazy4.decode(body)[1]
+        except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError):
+            return None
+        return records  # type: ignore[no-any-return]
+
+    def materialize(self, record: Any) -> Any:
+        """A record of ``rows`` with its message decoded (or an ``OpaqueDelivery``). Raises ``CodecError``.
+
+        Only until the next frame is read: a lease a later frame replaced is forgotten then.
+        """
+        raw = record[5]
+        try:
+            if self.format >= INTERNED_SINCE:
+                m = self._t.message5.decode(raw)
+                c = self._converters.get(type(m))
+                if c is not None:
+                    m = c(m)
+            else:
+                m = self._t.message4.decode(raw)
+        except (msgspec.ValidationError, CodecError, TypeError, ValueError) as exc:
+            raise _why(raw, exc, self._t.own, message=True) from None
+        except msgspec.DecodeError as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        if type(m) is OpaqueRecord:
+            return OpaqueDelivery(record[0], record[1], record[2], record[3], record[4], m.type_name)
+        return _new_record(DeliveryRecord, (record[0], record[1], record[2], record[3], record[4], m))
 
     def _interned(self, body: bytes) -> list[Any]:
         """A format 5 body: its lease definitions taken, then its records built with their leases."""
@@ -406,11 +462,11 @@ def _opaque(r: Any) -> OpaqueDelivery:
     return OpaqueDelivery(r.seq, r.at, r.sender, r.recipient, r.cause, r.message.type_name)
 
 
-def _why(raw: Any, exc: Exception, own: dict[str, type]) -> CodecError:
-    """The error a record that would not decode stands for: an unknown type, or damage."""
+def _why(raw: Any, exc: Exception, own: dict[str, type], message: bool = False) -> CodecError:
+    """The error a record (or, with ``message``, its message) that would not decode stands for: an unknown type, or damage."""
     try:
-        row = msgspec.msgpack.decode(raw, ext_hook=_ext_hook)
-        tag = row[5][0]
+        value = msgspec.msgpack.decode(raw, ext_hook=_ext_hook)
+        tag = value[0] if message else value[5][0]
     except Exception:
         tag = None
     if isinstance(tag, str) and tag not in own and tag != "~opaque":

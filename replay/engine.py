@@ -42,6 +42,12 @@ capture does not show), each tied to the input record whose handling led to
 it and to the first diverging input of the same core, whose state from then
 on may explain the rest. Two replays of the same logs produce the same
 events in the same order.
+
+Records come a frame at a time (``CaptureReader.batches``). A replay of
+some cores only (``replayed_for``: ``--tenant``) reads lazily: a record's
+message is decoded only if it is a replayed core's input or decision (most
+of a large capture is other tenants' reads and verdicts); the others are
+counted and their addresses noted, which is all the matching needs of them.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
+
+from msgspec import Raw
 
 from actors.effects import Note, Retire, Send, Spawn
 from capture.errors import CaptureError
@@ -458,42 +466,76 @@ class _Run:
             )
         )
 
-    # -- one delivery --------------------------------------------------------------------
-    def delivery(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        """One captured delivery: a decision to match, an input to feed, or both (in that order)."""
-        self.records += 1
-        at = rec.at
-        last = self.last_at
-        if last is None or at > last:
-            self.last_at = at
-        recipient = rec.recipient
-        seen = self.last_delivery
-        if recipient not in seen:
-            self._first_delivery(recipient)
-        seen[recipient] = rec.seq
-        sender = rec.sender
-        known = self._known
-        if sender == CLOCK:
-            if self._was_input(rec.cause):
-                self._match_timer(rec)
-        else:
-            replayed = known.get(sender)
-            if replayed is None:
-                replayed = self.r._replayed(sender)
-            if replayed and not (self.cut and not self._was_input(rec.cause)):
-                self._match_send(rec, sender)
-        replayed = known.get(recipient)
-        if replayed is None:
-            replayed = self.r._replayed(recipient)
-        if not replayed:
-            return
-        until = self.r.until
-        if self.cut or (until is not None and at > until):
-            self.cut = True
-            return
-        self._feed(rec, path, offset, index)
+    # -- deliveries ----------------------------------------------------------------------
+    def deliveries(self, records: list[Any], path: str, offset: int, start: int) -> bool:
+        """A frame's captured deliveries, in order: each a decision to match, an input to feed, or both
+        (in that order). True when the replay stops here (past ``--until``).
 
-    def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
+        A record of a lazy batch (``CaptureReader.batches(lazy=True)``) is
+        decoded only if it is matched or fed; the others are counted, and
+        what they tell of the addresses (which received mail, and when)
+        taken, without their messages.
+        """
+        r = self.r
+        until = r.until
+        limit = until + max(self.timer_slack, UNTIL_GRACE) if until is not None else None
+        seen = self.last_delivery
+        known = self._known
+        replayed_of = r._replayed
+        was_input = self._was_input
+        last = self.last_at
+        index = start
+        counted = 0
+        stop = False
+        try:
+            for rec in records:
+                seq, at, sender, recipient, cause, _ = rec
+                if limit is not None and at > limit:
+                    self.cut = True  # decisions before --until had their time to be delivered
+                    stop = True
+                    break
+                counted += 1
+                if last is None or at > last:
+                    last = at
+                if recipient not in seen:
+                    self._first_delivery(recipient)
+                seen[recipient] = seq
+                if sender == CLOCK:
+                    if was_input(cause):
+                        self._match_timer(rec, path, offset, index)
+                else:
+                    replayed = known.get(sender)
+                    if replayed is None:
+                        replayed = replayed_of(sender)
+                    if replayed and not (self.cut and not was_input(cause)):
+                        self._match_send(rec, sender, path, offset, index)
+                replayed = known.get(recipient)
+                if replayed is None:
+                    replayed = replayed_of(recipient)
+                if replayed:
+                    if self.cut or (until is not None and at > until):
+                        self.cut = True
+                    else:
+                        self._feed(rec, path, offset, index)
+                if self.cut and self.pending_immediate <= 0:
+                    stop = True  # past --until, every decision before it accounted for
+                    break
+                if index >= 0:
+                    index += 1
+        finally:
+            self.records += counted
+            self.last_at = last
+        return stop
+
+    def _decoded(self, rec: Any, path: str, offset: int, index: int) -> Any:
+        """``rec`` with its message decoded (a lazy batch's), or None when a bad one is skipped (``--skip-bad``)."""
+        return self.r._materialize(rec, path, offset, index)
+
+    def _match_send(self, rec: DeliveryRecord, sender: str, path: str, offset: int, index: int) -> None:
+        if type(rec[5]) is Raw:
+            rec = self._decoded(rec, path, offset, index)
+            if rec is None:
+                return
         inp = self.pending.get(rec.cause)
         recipient = rec.recipient
         queue = inp.immediate.get(recipient) if inp is not None and inp.address == sender else None
@@ -533,7 +575,11 @@ class _Run:
     def _timely(self, due: datetime, fired: datetime) -> bool:
         return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
 
-    def _match_timer(self, rec: DeliveryRecord) -> None:
+    def _match_timer(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
+        if type(rec[5]) is Raw:
+            rec = self._decoded(rec, path, offset, index)
+            if rec is None:
+                return
         inp = self.pending.get(rec.cause)
         same_to = [x for x in inp.timers if x.to == rec.recipient] if inp is not None else []
         for x in same_to:
@@ -609,6 +655,10 @@ class _Run:
             self.pending.pop(inp.seq, None)
 
     def _feed(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
+        if type(rec[5]) is Raw:
+            rec = self._decoded(rec, path, offset, index)
+            if rec is None:
+                return
         address = rec.recipient
         seq = rec.seq
         self.inputs += 1
@@ -794,8 +844,13 @@ class Replayer:
         until: datetime | None = None,
         timer_slack: timedelta | None = None,
         replayed: Callable[[str], bool] = is_replayed,
+        lazy: bool | None = None,
     ) -> None:
         self._build_core = build_core or default_build_core
+        #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
+        #: by default when only some cores are replayed (``--tenant``), where most records are neither.
+        self.lazy = replayed is not is_replayed if lazy is None else lazy
+        self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
         self.overrides = overrides or {}
         self.until = until
@@ -907,35 +962,33 @@ class Replayer:
 
     def _replay_runs(self, entries: Iterable[Entry]) -> Iterator[Any]:
         run: _Run | None = None
-        until = self.until
-        stop = False
         #: a run's first file, whose start record should come next (--skip-bad may have skipped it)
         first_part: Entry | None = None
-        for path, offset, records, start in _batches(entries):
+        self._materialize = getattr(entries, "materialize", _decoded_already)
+        for path, offset, records, start in _batches(entries, self.lazy):
+            if not records:
+                continue
+            t = type(records[0])
+            if t is DeliveryRecord or t is OpaqueDelivery:  # a frame of deliveries (a header comes alone)
+                rec = records[0]
+                if first_part is not None:
+                    # Its start record was skipped: the run begins from its file header.
+                    run = yield from self._next_run(run, first_part)
+                    first_part = None
+                if run is None:
+                    run = yield from self._next_run(None, Entry(path, offset, rec, start))
+                stop = run.deliveries(records, path, offset, start)
+                if run.out:
+                    out, run.out = run.out, []
+                    yield from out
+                if stop:
+                    self.stopped_early = True
+                    break
+                continue
             index = start
             for rec in records:
                 t = type(rec)
-                if t is DeliveryRecord or t is OpaqueDelivery:
-                    if first_part is not None:
-                        # Its start record was skipped: the run begins from its file header.
-                        run = yield from self._next_run(run, first_part)
-                        first_part = None
-                    if run is None:
-                        run = yield from self._next_run(None, Entry(path, offset, rec, index))
-                    if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
-                        run.cut = True
-                        self.stopped_early = True  # decisions before --until had their time to be delivered
-                        stop = True
-                        break
-                    run.delivery(rec, path, offset, index)
-                    if run.out:
-                        out, run.out = run.out, []
-                        yield from out
-                    if run.cut and run.pending_immediate <= 0:
-                        self.stopped_early = True  # past --until, every decision before it accounted for
-                        stop = True
-                        break
-                elif t is RunStart:
+                if t is RunStart:
                     first_part = None
                     run = yield from self._next_run(run, Entry(path, offset, rec, index))
                 elif t is FilePart:
@@ -961,15 +1014,35 @@ class Replayer:
                         run = None
                 if index >= 0:
                     index += 1
-            if stop:
-                break
         if run is not None:
             yield from self._end_run(run)
 
 
-def _batches(entries: Iterable[Entry]) -> Iterable[Batch]:
-    """A reader's records frame by frame (``CaptureReader.batches``); other entries one by one."""
+def _decoded_already(record: Any, path: str, offset: int, index: int) -> Any:
+    """Records that are not of a lazy batch come decoded."""
+    return record
+
+
+def _batches(entries: Iterable[Entry], lazy: bool = False) -> Iterable[Batch]:
+    """A reader's records frame by frame (``CaptureReader.batches``); other entries grouped the same way,
+    consecutive records of one frame together."""
     batches = getattr(entries, "batches", None)
     if batches is not None:
-        return batches()  # type: ignore[no-any-return]
-    return ((e.path, e.offset, [e.record], e.index) for e in entries)
+        return batches(lazy=lazy) if lazy else batches()  # type: ignore[no-any-return]
+    return _grouped(entries)
+
+
+def _grouped(entries: Iterable[Entry]) -> Iterator[Batch]:
+    batch: list[Any] = []
+    path, offset, start, nxt = "", -1, -1, -1
+    for e in entries:
+        if batch and e.index == nxt and e.index >= 0 and e.offset == offset and e.path == path:
+            batch.append(e.record)
+            nxt += 1
+            continue
+        if batch:
+            yield (path, offset, batch, start)
+        batch = [e.record]
+        path, offset, start, nxt = e.path, e.offset, e.index, e.index + 1
+    if batch:
+        yield (path, offset, batch, start)

@@ -15,6 +15,7 @@ import io
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actors.effects import Note, Retire, Send, Spawn
@@ -30,7 +31,7 @@ from messages.credit import CreditRead, CreditReadFailed, LeasesSynced
 from messages.ledger import BillingTickDue
 from messages.scheduler import StartSchedule, StopSchedule, TenantChecked, Wake
 from replay.cli import run_replay
-from replay.engine import REPLAY_GC_THRESHOLD, Divergence, ReplayError, Replayer, RunEnds, Step
+from replay.engine import REPLAY_GC_THRESHOLD, Divergence, ReplayError, Replayer, RunEnds, Step, replayed_for
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher, PooledActor
 from runtime.router import Router, tenant_address
@@ -237,6 +238,29 @@ def test_a_ledger_whose_mail_comes_after_a_burst_is_not_taken_as_absent(tmp_path
     monkeypatch.setattr(engine, "PARK_PER_ADDRESS", per_address)
     _, divergences, _ = replay(live_run(tmp_path, ledger=True))
     assert bool(divergences) is diverges
+
+
+def test_a_replay_of_one_tenant_decodes_only_what_it_replays_and_finds_what_a_whole_read_finds(tmp_path):
+    paths = live_run(tmp_path)
+    build, focus = toy_builder(threshold=2), replayed_for("bob")
+    assert Replayer(build, replayed=focus).lazy and not Replayer(build).lazy
+    eager = list(Replayer(build, replayed=focus, lazy=False).replay(CaptureReader(paths, file_parts=True)))
+    reader = CaptureReader(paths, file_parts=True)
+    decoded, materialize = [], reader.materialize
+
+    def counted(record, *where):
+        if type(record.message) is msgspec.Raw:
+            decoded.append(record)
+        return materialize(record, *where)
+
+    reader.materialize = counted
+    lazy = list(Replayer(build, replayed=focus).replay(reader))
+    assert lazy == eager and [e for e in lazy if isinstance(e, Divergence)]
+    # Alice's own inputs and decisions (chain-io's reads, her replies) are read, never decoded.
+    assert decoded and all(focus(r.sender) or focus(r.recipient) for r in decoded)
+    alices = [r for r in read_records(paths) if "tenant/alice" in (getattr(r, "sender", ""), getattr(r, "recipient", ""))
+              and not (focus(r.sender) or focus(r.recipient))]
+    assert alices and not {r.seq for r in alices} & {r.seq for r in decoded}
 
 
 def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
