@@ -368,8 +368,9 @@ def _message_tenant(m: Any) -> str:
     return getattr(ev, "tenant", "") if ev is not None else ""
 
 
-#: ``describe``'s outside-input line makers by message type, looked up once per type (None: no line).
+#: ``describe``'s outside-input and decision line makers by message type, looked up once per type (None: no line).
 _OUTSIDE_BY_TYPE: dict[type, Any] = {}
+_DECISION_BY_TYPE: dict[type, Any] = {}
 _ASK = object()  # not looked up yet
 
 
@@ -659,8 +660,7 @@ class _Run:
             rec = self._decoded(rec, path, offset, index)
             if rec is None:
                 return
-        address = rec.recipient
-        seq = rec.seq
+        seq, at, sender, address, _, message = rec
         self.inputs += 1
         base = self.inputs_base  # mark the input in the bitmap (``_was_input`` reads it)
         if base is None:
@@ -674,19 +674,17 @@ class _Run:
             bm[i] |= 1 << (d & 7)
         else:
             self.inputs_far.add(seq)
-        at = rec.at
         out = self.out
-        sender = rec.sender
         opaque = type(rec) is OpaqueDelivery
-        if sender != CLOCK and not self._known.get(sender, False) and not opaque:
-            cls = type(rec.message)
+        if sender != CLOCK and not opaque and not self._known.get(sender, False):
+            cls = type(message)
             tell = _OUTSIDE_BY_TYPE.get(cls, _ASK)
             if tell is _ASK:
                 tell = _OUTSIDE_BY_TYPE[cls] = describe.outside_describer(cls)
             if tell is not None:
-                text = tell(rec.message)
+                text = tell(message)
                 if text is not None:
-                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{sender}: {text}"))
+                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message), f"{sender}: {text}"))
         if address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
@@ -699,7 +697,7 @@ class _Run:
         if opaque:
             self._diverge(
                 "unreplayable", address, _Input(rec, path, offset, index), seq,
-                f"input {rec.message} was not captured (not a registered message)",
+                f"input {message} was not captured (not a registered message)",
             )
             return
         core = self.cores.get(address)
@@ -707,35 +705,47 @@ class _Run:
             self.fresh.discard(address)
             core = self.cores[address] = self.r._build_core(address, self.config)
         try:
-            effects = core.handle(rec.message, at)
+            effects = core.handle(message, at)
         except Exception as exc:  # the live actor would have failed and stopped the same way
             self.crashed[address] = seq
             out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
             return
-        if not effects:
-            return
+        if effects:
+            self._decided(rec, path, offset, index, effects)
+
+    def _decided(self, rec: DeliveryRecord, path: str, offset: int, index: int, effects: list[Any]) -> None:
+        """What a core decided on input ``rec``: held to be matched, and the timeline's lines."""
+        seq, at, _, address, _, _ = rec
         inp = _Input(rec, path, offset, index)
         immediate = inp.immediate
-        tenant = _tenant_of(address)
+        tenant = _TENANTS.get(address)
+        if tenant is None:
+            tenant = _tenant_of(address)
         retired = self.retired
+        absent = self.absent
+        out = self.out
+        held = 0
         for eff in effects:
             te = type(eff)
             if te is Send:
                 to = eff.to
                 if eff.at is None:
-                    if to in self.absent:
+                    if to in absent:
                         self.excused[NEVER_DELIVERED] += 1
                         continue
-                    expected = (eff.message, "recipient retired" if to in retired else None)
+                    m = eff.message
+                    expected = (m, "recipient retired" if to in retired else None)
                     q = immediate.get(to)
                     if q is None:
                         immediate[to] = [expected]
                     else:
                         q.append(expected)
-                    self.pending_immediate += 1
-                    tell = describe.decision_describer(type(eff.message))
+                    held += 1
+                    tell = _DECISION_BY_TYPE.get(type(m), _ASK)
+                    if tell is _ASK:
+                        tell = _DECISION_BY_TYPE[type(m)] = describe.decision_describer(type(m))
                     if tell is not None:
-                        text = tell(eff.message)
+                        text = tell(m)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
                 else:
@@ -752,11 +762,12 @@ class _Run:
                         q = immediate[to] = []
                     for m in eff.first:
                         q.append((m, None))
-                        self.pending_immediate += 1
+                        held += 1
             elif te is Retire:
                 retired[tenant_address(eff.tenant)] = seq
             else:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
+        self.pending_immediate += held
         if immediate or inp.timers:
             self.pending[seq] = inp
             seen = self.last_delivery
