@@ -17,12 +17,12 @@ frame.
 
 Record bodies (the first element says which):
 
-- ``[0, [[seq, at, sender, recipient, cause, message], ...], base, [lease,
-  ...]]``: deliveries, in the order they were tapped (one frame holds a
-  batch of them; with the ``record`` flush policy, one each), and the
-  leases they introduce to the file, numbered from ``base``: inside the
+- ``[0, [[seq, at, sender, recipient, cause, message], ...], leases]``:
+  deliveries, in the order they were tapped (one frame holds a batch of
+  them; with the ``record`` flush policy, one each), and the leases they
+  introduce to the file (nil if none), each with its number: inside the
   messages every lease is its number (format 5, ``capture.interning``;
-  formats 1 to 4 wrote ``[0, [...]]``);
+  formats 1 to 4 wrote ``[0, [...]]``, leases inside the messages);
 - ``[1, {...}]``: the start of a run: version, start time, clock, the
   effective configuration (secrets left out). First record of every run;
 - ``[2, {...}]``: a file header: which run, which part, when it was opened,

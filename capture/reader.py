@@ -286,7 +286,7 @@ class _Decoding:
     def _typed_frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         typed = self.typed
         self.clean = True
-        if len(body) >= 2 and (body[0] == 0x92 or body[0] == 0x94) and body[1] == KIND_DELIVERIES:
+        if len(body) >= 2 and (body[0] == 0x92 or body[0] == 0x93) and body[1] == KIND_DELIVERIES:
             try:
                 records = typed.deliveries(body)
             except CodecError as exc:

@@ -22,7 +22,7 @@ exact.
 
 Format 4 wrote every lease whole, every time. Format 5 writes each once per
 version per file and names it by number (``capture.interning``): a frame's
-body is ``[0, [...], base, [lease, ...]]``, and the messages that hold
+body is ``[0, [...], definitions]``, and the messages that hold
 leases are decoded as their *twins* (the same tag and fields, an int in
 place of each lease: ``_twin``), then built for real with the frame's
 leases, a Python call for each such message only.
@@ -35,13 +35,24 @@ input is missing rather than silently skipping it.
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 import typing
 from typing import Annotated, Any, Iterable
 
 import msgspec
 
 from capture.format import INTERNED_SINCE, DeliveryRecord, OpaqueDelivery
-from capture.interning import MANY, ONE, OPTIONAL, LeaseTable, SettledVersion, converter, lease_fields
+from capture.interning import (
+    MANY,
+    ONE,
+    OPTIONAL,
+    LeaseTable,
+    SettledVersion,
+    composite_fields,
+    converter,
+    definitions_type,
+    lease_fields,
+)
 from capture.wire import type_entry
 from messages.chain import Lease
 from messages.coins import Coin
@@ -135,8 +146,8 @@ class TypedEncoder:
         try:
             if type(value) is tuple and len(value) == 2 and value[0] == 0:
                 _typed().frame.decode(data)
-            elif type(value) is tuple and len(value) == 4 and value[0] == 0:
-                _typed().frame5.decode(data)  # format 5: rows, base, lease definitions
+            elif type(value) is tuple and len(value) == 3 and value[0] == 0:
+                _typed().format5(Lease.__struct_fields__).frame.decode(data)  # format 5: rows, lease definitions
             elif isinstance(value, tuple) and len(value) == 6:
                 _typed().one.decode(data)
         except (msgspec.ValidationError, CodecError) as exc:
@@ -220,18 +231,36 @@ class _Typed:
                 wire_types.append(twin)
             else:
                 wire_types.append(c)
+        self.union5 = message_union([*wire_types, OpaqueRecord])
         # (after the format 4 decoders: _record_type re-types DeliveryRecord for the next decoder made)
-        record5 = _record_type(message_union([*wire_types, OpaqueRecord]))
-        defs = list[typing.Union[Lease, SettledVersion]]  # type: ignore[valid-type]
-        self.frame5 = msgspec.msgpack.Decoder(tuple[int, list[record5], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
-        self.rows5 = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
-        self.one5 = msgspec.msgpack.Decoder(record5, ext_hook=_ext_hook)
+        self.one5 = msgspec.msgpack.Decoder(_record_type(self.union5), ext_hook=_ext_hook)
         # Read lazily (``TypedDecoder.rows``): each record's message left as its bytes, decoded when asked for.
-        lazy = _record_type(msgspec.Raw)
-        self.lazy4 = msgspec.msgpack.Decoder(tuple[int, list[lazy]])  # type: ignore[valid-type]
-        self.lazy5 = msgspec.msgpack.Decoder(tuple[int, list[lazy], int, defs], ext_hook=_ext_hook)  # type: ignore[valid-type]
+        self.lazy4 = msgspec.msgpack.Decoder(tuple[int, list[_record_type(msgspec.Raw)]])  # type: ignore[misc]
         self.message4 = msgspec.msgpack.Decoder(union, ext_hook=_ext_hook)
-        self.message5 = msgspec.msgpack.Decoder(message_union([*wire_types, OpaqueRecord]), ext_hook=_ext_hook)
+        self.message5 = msgspec.msgpack.Decoder(self.union5, ext_hook=_ext_hook)
+        self._format5: dict[tuple[str, ...], _Format5] = {}
+        self.format5(Lease.__struct_fields__)
+
+    def format5(self, names: tuple[str, ...]) -> "_Format5":
+        """The decoders of format 5 frames whose leases are written with the ``Lease`` fields ``names``."""
+        f = self._format5.get(names)
+        if f is None:
+            with _RETYPING:
+                f = self._format5[names] = _Format5(self.union5, definitions_type(names))
+        return f
+
+
+class _Format5:
+    """A format 5 body's decoders, for one set of ``Lease`` fields: whole, bad records apart, lazily."""
+
+    def __init__(self, union: Any, definitions: Any) -> None:
+        self.frame = msgspec.msgpack.Decoder(tuple[int, list[_record_type(union)], definitions], ext_hook=_ext_hook)  # type: ignore[misc]
+        self.rows = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw], definitions], ext_hook=_ext_hook)
+        self.lazy = msgspec.msgpack.Decoder(tuple[int, list[_record_type(msgspec.Raw)], definitions], ext_hook=_ext_hook)  # type: ignore[misc]
+
+
+#: Held while DeliveryRecord is re-typed for a decoder being made (``_record_type``).
+_RETYPING = threading.RLock()
 
 
 _TYPED: dict[frozenset[type], _Typed] = {}
@@ -242,7 +271,10 @@ def _typed() -> _Typed:
     key = frozenset(types.values())
     t = _TYPED.get(key)
     if t is None:
-        t = _TYPED[key] = _Typed(list(types.values()))
+        with _RETYPING:
+            t = _TYPED.get(key)
+            if t is None:
+                t = _TYPED[key] = _Typed(list(types.values()))
     return t
 
 
@@ -273,6 +305,8 @@ class TypedDecoder:
         self._table = {}
         self._unknown = False
         self.leases.reset()
+        #: format 5: the decoders for the Lease fields the file's columns hold (its table says which)
+        self._f5 = self._t.format5(Lease.__struct_fields__)
         if format is not None:
             self.format = format
         self._converters = {twin: converter(cls, spec, self.leases) for twin, (cls, spec) in self._t.twins.items()}
@@ -302,6 +336,10 @@ class TypedDecoder:
             if version > cls.MESSAGE_VERSION or mine[: len(fields)] != fields:  # type: ignore[attr-defined]
                 self._by_name = _ByName(table, own, self.leases if self.format >= INTERNED_SINCE else None)
                 return
+            if cls is Lease and self.format >= INTERNED_SINCE:
+                # The file's lease columns are its Lease fields (a first part of ours: the rest take their defaults).
+                self._f5 = self._t.format5(fields)
+                self.leases.fields(fields)
 
     def deliveries(self, body: bytes) -> list[Any]:
         """The records of a deliveries body; a record that cannot be read is its ``CodecError``.
@@ -340,8 +378,8 @@ class TypedDecoder:
         self.clean = True
         try:
             if self.format >= INTERNED_SINCE:
-                _, records, base, defs = self._t.lazy5.decode(body)
-                self.leases.define(base, defs)  # the versions they replace are kept until the next frame's
+                _, records, defs = self._f5.lazy.decode(body)
+                self.leases.define(defs)
             else:
                 records = self._t.lazy4.decode(body)[1]
         except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError):
@@ -351,7 +389,7 @@ class TypedDecoder:
     def materialize(self, record: Any) -> Any:
         """A record of ``rows`` with its message decoded (or an ``OpaqueDelivery``). Raises ``CodecError``.
 
-        Only until the next frame is read: a lease a later frame replaced is forgotten then.
+        Only until the next frame is read: a lease a later frame replaced may be forgotten then.
         """
         raw = record[5]
         try:
@@ -373,12 +411,12 @@ class TypedDecoder:
     def _interned(self, body: bytes) -> list[Any]:
         """A format 5 body: its lease definitions taken, then its records built with their leases."""
         try:
-            _, records, base, defs = self._t.frame5.decode(body)
+            _, records, defs = self._f5.frame.decode(body)
         except (msgspec.ValidationError, CodecError, TypeError, ValueError):
             return self._one_by_one5(body)
         except msgspec.DecodeError as exc:
             raise CodecError(f"malformed msgpack: {exc}") from None
-        self.leases.define(base, defs)
+        self.leases.define(defs)
         convert = self._converters
         opaque = b"~opaque" in body
         try:
@@ -391,8 +429,6 @@ class TypedDecoder:
                     records[i] = _opaque(r)
         except CodecError:
             return self._built_one_by_one(records)
-        finally:
-            self.leases.forget_superseded()
         return records  # type: ignore[no-any-return]
 
     def _built_one_by_one(self, records: list[Any]) -> list[Any]:
@@ -425,14 +461,11 @@ class TypedDecoder:
     def _one_by_one5(self, body: bytes) -> list[Any]:
         """A format 5 body with a bad record: its definitions taken (they serve every record), then each record alone."""
         try:
-            _, rows, base, defs = self._t.rows5.decode(body)
+            _, rows, defs = self._f5.rows.decode(body)
         except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError) as exc:
-            raise CodecError(f"deliveries record is not [0, [...], base, [lease, ...]]: {exc}") from None
-        self.leases.define(base, defs)
-        try:
-            return self._rows_one_by_one(rows, self._t.one5)
-        finally:
-            self.leases.forget_superseded()
+            raise CodecError(f"deliveries record is not [0, [...], lease definitions]: {exc}") from None
+        self.leases.define(defs)
+        return self._rows_one_by_one(rows, self._t.one5)
 
     def _rows_one_by_one(self, rows: list[Any], one: Any) -> list[Any]:
         out: list[Any] = []
@@ -504,32 +537,63 @@ class _ByName:
             if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
                 raise CodecError("deliveries record is not [0, [...]]")
         else:
-            if not (isinstance(value, list) and len(value) == 4 and isinstance(value[1], list)
-                    and type(value[2]) is int and isinstance(value[3], list)):
-                raise CodecError("deliveries record is not [0, [...], base, [lease, ...]]")
-            leases.define(value[2], [self._definition(d) for d in value[3]])
+            if not (isinstance(value, list) and len(value) == 3 and isinstance(value[1], list)):
+                raise CodecError("deliveries record is not [0, [...], lease definitions]")
+            if value[2] is not None:
+                self._definitions(value[2])
         out: list[Any] = []
-        try:
-            for row in value[1]:
-                try:
-                    out.append(self._row(row))
-                except CodecError as exc:
-                    out.append(exc)
-        finally:
-            if leases is not None:
-                leases.forget_superseded()
+        for row in value[1]:
+            try:
+                out.append(self._row(row))
+            except CodecError as exc:
+                out.append(exc)
         return out
 
-    def _definition(self, d: Any) -> Any:
-        """A lease definition of a format 5 frame: a lease by name, or a ``SettledVersion``."""
-        if isinstance(d, list) and d and d[0] == "~settled":
-            if len(d) != 4 or type(d[1]) is not int:
-                raise CodecError("a settled lease version is not [~settled, prev, last_settled_at, reservation]")
-            return SettledVersion(d[1], d[2], self._value(d[3], typing.Optional[tuple[Coin, ...]]))
-        lease = self._message(d)
-        if type(lease) is not Lease:
-            raise CodecError(f"a lease definition holds a {type(lease).__name__}")
-        return lease
+    def _definitions(self, d: Any) -> None:
+        """A format 5 frame's lease definitions, column by column under the file's ``Lease`` field names."""
+        if not (isinstance(d, list) and len(d) == 4 and all(isinstance(x, list) for x in d)):
+            raise CodecError("lease definitions are not [[index, ...], [column, ...], [values, ...], [settled, ...]]")
+        index, columns, values, settled = d
+        declared = self.table.get(Lease.MESSAGE_NAME)  # type: ignore[attr-defined]
+        if declared is None:
+            raise CodecError("lease definitions in a file that declares no lease type")
+        version, names = declared
+        if version > Lease.MESSAGE_VERSION:
+            raise NewerSchemaVersion(Lease.MESSAGE_NAME, version, Lease.MESSAGE_VERSION)  # type: ignore[arg-type]
+        hints = self._hints.get(Lease)
+        if hints is None:
+            hints = self._hints[Lease] = typing.get_type_hints(Lease, localns={c.__name__: c for c in self.own.values()})
+        unknown = [n for n in names if n not in hints]
+        if unknown:
+            raise CodecError(f"message type 'lease' has no field(s) {', '.join(unknown)}")
+        composite = composite_fields(names)
+        if len(columns) != len(names) or len(values) != len(composite):
+            raise CodecError(f"lease definitions hold {len(columns)} columns for {len(names)} declared field(s)")
+        built: list[list[Any]] = []
+        distinct = dict(zip(composite, values))
+        for pos, name in enumerate(names):
+            column = columns[pos]
+            if not isinstance(column, list) or len(column) != len(index):
+                raise CodecError(f"lease column {name!r} does not hold one value per lease")
+            if pos in distinct:
+                table = [self._value(v, hints[name]) for v in distinct[pos]]
+                try:
+                    column = [table[i] for i in column]
+                except (IndexError, TypeError):
+                    raise CodecError(f"lease column {name!r} refers to a value it does not hold") from None
+            else:
+                column = [self._value(v, hints[name]) for v in column]
+            built.append(column)
+        try:
+            leases = [Lease(**dict(zip(names, row))) for row in zip(*built)]
+            versions = [SettledVersion(s[1], s[2], s[3], self._value(s[4], typing.Optional[tuple[Coin, ...]]))
+                        for s in settled if isinstance(s, list) and len(s) == 5 and s[0] == "~settled"
+                        and type(s[1]) is int and type(s[2]) is int]
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"malformed lease definitions: {exc}") from None
+        if len(versions) != len(settled):
+            raise CodecError("a settled lease version is not [~settled, index, prev, last_settled_at, reservation]")
+        self.leases.add(index, leases, [lease.uuid for lease in leases], versions)  # type: ignore[union-attr]
 
     def _row(self, row: Any) -> Any:
         if not isinstance(row, list) or len(row) != 6:

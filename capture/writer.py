@@ -602,16 +602,16 @@ class CaptureWriter:
         """The encoded deliveries frame of ``rows`` and the rows it holds (a message that cannot be
         encoded is made opaque; None when nothing is left to write)."""
         interner, enc = self._interner, self._encoder
-        wire, base, defs, undo = interner.frame(rows)
+        wire, defs, undo = interner.frame(rows)
         try:
-            return enc.encode((KIND_DELIVERIES, wire, base, defs)), rows
+            return enc.encode((KIND_DELIVERIES, wire, defs)), rows
         except CodecError:
-            interner.undo(base, undo)
+            interner.undo(undo)
         rows = [r for r in (self._capturable(d, checked=True) for d in rows) if r is not None]
         if not rows:
             return None, rows
-        wire, base, defs, _ = interner.frame(rows)
-        return enc.encode((KIND_DELIVERIES, wire, base, defs)), rows
+        wire, defs, _ = interner.frame(rows)
+        return enc.encode((KIND_DELIVERIES, wire, defs)), rows
 
     def _capturable(self, d: tuple[Any, ...], checked: bool = False) -> tuple[Any, ...] | None:
         """The row for ``d``; a message of no registered type becomes its type name (an opaque delivery).

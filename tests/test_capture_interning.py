@@ -95,9 +95,12 @@ def test_a_settled_lease_is_written_as_its_new_settlement_and_read_back_whole(tm
     interner = LeaseInterner()
     rows = [(1, AT, "a", "b", 0, ActiveLeasesRead(1, before)), (2, AT, "a", "b", 0, ActiveLeasesRead(2, after)),
             (3, AT, "a", "b", 0, LeaseRead(closed.uuid, closed))]
-    _, _, defs, _ = interner.frame(rows)
-    assert [type(d) for d in defs] == [Lease] * 10 + [SettledVersion] * 10 + [Lease]
-    assert defs[10] == SettledVersion(0, AT + timedelta(hours=1), (Coin("umfx", 1),))
+    _, (index, columns, values, settled), _ = interner.frame(rows)
+    assert index == list(range(10)) + [20] and len(columns) == len(Lease.__struct_fields__)
+    assert list(columns[0]) == [x.uuid for x in before] + [closed.uuid]
+    # items and reservation as indices into their distinct values: one items value per price, two reservations
+    assert len(values) == 2 and len(values[0]) == 10 and values[1] == [(Coin("umfx", 3600),), ()]
+    assert settled[0] == SettledVersion(10, 0, AT + timedelta(hours=1), (Coin("umfx", 1),)) and len(settled) == 10
     _, got = written(tmp_path, [m for *_, m in rows])
     assert [r.message for r in got] == [m for *_, m in rows]
     assert got[2].message.lease == closed and got[1].message.leases == after
@@ -154,8 +157,8 @@ def _frames(messages: list) -> list[tuple]:
     interner = LeaseInterner()
     out = []
     for seq, m in enumerate(messages, 1):
-        rows, base, defs, _ = interner.frame([(seq, AT, "chain-io", "scheduler", 0, m)])
-        out.append((0, rows, base, defs))
+        rows, defs, _ = interner.frame([(seq, AT, "chain-io", "scheduler", 0, m)])
+        out.append((0, rows, defs))
     return out
 
 
@@ -180,21 +183,47 @@ def test_a_lease_defined_in_a_damaged_frame_costs_the_records_that_refer_to_it_n
 def test_a_frame_numbering_leases_below_the_last_ones_is_corrupt(tmp_path: Path) -> None:
     a, b = _frames([ActiveLeasesRead(1, (lease(1),)), ActiveLeasesRead(2, (lease(2),))])
     path = tmp_path / "a.lwcap"
-    _write5(path, [a, (0, b[1], 0, b[3])])  # the second frame reuses index 0
+    _write5(path, [a, (0, b[1], ([0], *b[2][1:]))])  # the second frame numbers its lease 0 again
     with pytest.raises(CorruptRecord, match="lease definitions from index 0, where the file's next index is 1"):
         read_records([path])
 
 
-def test_a_format_5_file_with_other_field_orders_is_read_by_name_with_its_leases(tmp_path: Path) -> None:
-    one = lease(1)
-    rows, base, defs, _ = LeaseInterner().frame([(1, AT, "chain-io", "scheduler", 0, ActiveLeasesRead(1, (one, one)))])
-    table = [e if e[1] != "wake" else [e[0], "wake", 1, ["token", "reason"]] for e in type_table()]
-    path = tmp_path / "a.lwcap"
+def _file5(path: Path, table: list, bodies: list) -> None:
     enc = TypedEncoder()
     out = bytearray(FILE_HEADER.pack(FILE_MAGIC, 5))
-    for body in [[2, {"run": "r1", "run_started_at": AT, "part": 0, "opened_at": AT}], [5, table],
-                 (0, rows + [(2, AT, "clock", "scheduler", 1, ["wake", 7, "check"])], base, defs)]:
+    for body in [[2, {"run": "r1", "run_started_at": AT, "part": 0, "opened_at": AT}], [5, table], *bodies]:
         out += frame(enc.encode(body))
     path.write_bytes(bytes(out))
+
+
+def test_a_format_5_file_with_other_field_orders_is_read_by_name_with_its_leases(tmp_path: Path) -> None:
+    one, two = lease(1), lease(2, state="CLOSED", closed_at=AT)
+    rows, (index, columns, values, settled), _ = LeaseInterner().frame(
+        [(1, AT, "chain-io", "scheduler", 0, ActiveLeasesRead(1, (one, two, one)))])
+    names = list(Lease.__struct_fields__)
+    names[0], names[1] = names[1], names[0]  # a build whose Lease had tenant first
+    columns = [columns[1], columns[0], *columns[2:]]
+    table = []
+    for e in type_table():
+        if e[1] == "wake":
+            e = [e[0], "wake", 1, ["token", "reason"]]
+        elif e[1] == "lease":
+            e = [e[0], "lease", 1, names]
+        table.append(e)
+    path = tmp_path / "a.lwcap"
+    _file5(path, table, [(0, rows + [(2, AT, "clock", "scheduler", 1, ["wake", 7, "check"])], (index, columns, values, settled))])
     got = [r.message for r in read_records([path])]
-    assert got == [ActiveLeasesRead(1, (one, one)), Wake("check", 7)]
+    assert got == [ActiveLeasesRead(1, (one, two, one)), Wake("check", 7)]
+
+
+def test_a_format_5_file_from_before_a_lease_field_was_added_reads_typed_with_its_default(tmp_path: Path) -> None:
+    """Its lease columns are the first of this build's fields: the last one takes its default."""
+    old = lease(1)
+    rows, (index, columns, values, settled), _ = LeaseInterner().frame([(1, AT, "chain-io", "scheduler", 0, LeaseOpened(old))])
+    names = list(Lease.__struct_fields__)
+    assert names[-1] == "ended_at" and old.ended_at is None
+    table = [e if e[1] != "lease" else [e[0], "lease", 1, names[:-1]] for e in type_table()]
+    path = tmp_path / "a.lwcap"
+    _file5(path, table, [(0, rows, (index, columns[:-1], values, settled))])
+    [record] = read_records([path])
+    assert record.message == LeaseOpened(old)

@@ -61,8 +61,8 @@ def test_every_registered_type_round_trips_typed_in_format_4(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(registry()))
 def test_every_registered_type_round_trips_typed_in_format_5_its_leases_by_number(name: str) -> None:
     value = build(registry()[name])
-    rows, base, defs, _ = LeaseInterner().frame([_row(1, value), _row(2, value)])
-    body = TypedEncoder().encode((0, rows, base, defs))
+    rows, defs, _ = LeaseInterner().frame([_row(1, value), _row(2, value)])
+    body = TypedEncoder().encode((0, rows, defs))
     first, second = TypedDecoder(5).deliveries(body)
     for record in (first, second):
         assert type(record) is DeliveryRecord and record.message == value and type(record.message) is type(value)
