@@ -232,6 +232,7 @@ class LeaseInterner:
 
         rows: list[Any] = []
         append = rows.append
+        get = last.get
         for d in batch:
             m = d[5]
             cls = type(m)
@@ -245,7 +246,8 @@ class LeaseInterner:
             for pos, shape in spec:
                 v = values[pos]
                 if shape == MANY:
-                    values[pos] = tuple([index(x) for x in v])
+                    # (the lease last written, as the very object: most of them, without a call)
+                    values[pos] = tuple([p[0] if (p := get(x.uuid)) is not None and p[1] is x else index(x) for x in v])
                 elif v is not None:
                     values[pos] = index(v)
             append((d[0], d[1], d[2], d[3], d[4], (cls.MESSAGE_NAME, *values)))  # type: ignore[attr-defined]
