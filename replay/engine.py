@@ -484,36 +484,45 @@ class _Run:
         known = self._known
         replayed_of = r._replayed
         was_input = self._was_input
+        materialize = r._materialize
         last = self.last_at
-        index = start
         counted = 0
         stop = False
         try:
-            for rec in records:
-                seq, at, sender, recipient, cause, _ = rec
+            for i, rec in enumerate(records):
+                seq, at, sender, recipient, cause, message = rec
                 if limit is not None and at > limit:
                     self.cut = True  # decisions before --until had their time to be delivered
                     stop = True
                     break
+                # A decision of a replayed core (or a timer one set), an input of one, or neither.
+                if sender == CLOCK:
+                    decision = was_input(cause)
+                else:
+                    decision = known.get(sender)
+                    if decision is None:
+                        decision = replayed_of(sender)
+                    decision = decision and not (self.cut and not was_input(cause))
+                fed = known.get(recipient)
+                if fed is None:
+                    fed = replayed_of(recipient)
+                index = start + i if start >= 0 else -1
+                if (decision or fed) and type(message) is Raw:
+                    rec = materialize(rec, path, offset, index)
+                    if rec is None:
+                        continue  # bad, and skipped (--skip-bad), as a whole read skips it
                 counted += 1
                 if last is None or at > last:
                     last = at
                 if recipient not in seen:
                     self._first_delivery(recipient)
                 seen[recipient] = seq
-                if sender == CLOCK:
-                    if was_input(cause):
-                        self._match_timer(rec, path, offset, index)
-                else:
-                    replayed = known.get(sender)
-                    if replayed is None:
-                        replayed = replayed_of(sender)
-                    if replayed and not (self.cut and not was_input(cause)):
-                        self._match_send(rec, sender, path, offset, index)
-                replayed = known.get(recipient)
-                if replayed is None:
-                    replayed = replayed_of(recipient)
-                if replayed:
+                if decision:
+                    if sender == CLOCK:
+                        self._match_timer(rec)
+                    else:
+                        self._match_send(rec, sender)
+                if fed:
                     if self.cut or (until is not None and at > until):
                         self.cut = True
                     else:
@@ -521,22 +530,12 @@ class _Run:
                 if self.cut and self.pending_immediate <= 0:
                     stop = True  # past --until, every decision before it accounted for
                     break
-                if index >= 0:
-                    index += 1
         finally:
             self.records += counted
             self.last_at = last
         return stop
 
-    def _decoded(self, rec: Any, path: str, offset: int, index: int) -> Any:
-        """``rec`` with its message decoded (a lazy batch's), or None when a bad one is skipped (``--skip-bad``)."""
-        return self.r._materialize(rec, path, offset, index)
-
-    def _match_send(self, rec: DeliveryRecord, sender: str, path: str, offset: int, index: int) -> None:
-        if type(rec[5]) is Raw:
-            rec = self._decoded(rec, path, offset, index)
-            if rec is None:
-                return
+    def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
         inp = self.pending.get(rec.cause)
         recipient = rec.recipient
         queue = inp.immediate.get(recipient) if inp is not None and inp.address == sender else None
@@ -576,11 +575,7 @@ class _Run:
     def _timely(self, due: datetime, fired: datetime) -> bool:
         return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
 
-    def _match_timer(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        if type(rec[5]) is Raw:
-            rec = self._decoded(rec, path, offset, index)
-            if rec is None:
-                return
+    def _match_timer(self, rec: DeliveryRecord) -> None:
         inp = self.pending.get(rec.cause)
         same_to = [x for x in inp.timers if x.to == rec.recipient] if inp is not None else []
         for x in same_to:
@@ -656,10 +651,6 @@ class _Run:
             self.pending.pop(inp.seq, None)
 
     def _feed(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        if type(rec[5]) is Raw:
-            rec = self._decoded(rec, path, offset, index)
-            if rec is None:
-                return
         seq, at, sender, address, _, message = rec
         self.inputs += 1
         base = self.inputs_base  # mark the input in the bitmap (``_was_input`` reads it)
