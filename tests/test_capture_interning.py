@@ -42,7 +42,7 @@ def lease(n: int, **kw) -> Lease:
 
 def written(tmp_path: Path, messages: list, **settings) -> tuple[CaptureWriter, list]:
     clock = ManualClock(AT)
-    s = CaptureSettings(directory=str(tmp_path / "cap"), background=False, **settings)
+    s = CaptureSettings(directory=str(tmp_path / "cap"), **{"background": False, **settings})
     writer = CaptureWriter(s, clock_now=clock.now).open()
     for seq, m in enumerate(messages, 1):
         writer(Delivery(seq, clock.now(), "chain-io", "scheduler", 0, m))
@@ -227,3 +227,14 @@ def test_a_format_5_file_from_before_a_lease_field_was_added_reads_typed_with_it
     _file5(path, table, [(0, rows, (index, columns[:-1], values, settled))])
     [record] = read_records([path])
     assert record.message == LeaseOpened(old)
+
+
+def test_a_lease_that_cannot_be_encoded_makes_only_its_messages_opaque(tmp_path: Path) -> None:
+    """An int beyond 64 bits outside a coin, in a lease: its definition would be unreadable, so the
+    messages holding it are captured as opaque, and the other leases are numbered as if it never came."""
+    good, bad = lease(1), lease(2, min_lease_duration_at_creation=2**70)
+    sent = [ActiveLeasesRead(1, (good,)), ActiveLeasesRead(2, (good, bad)), LeaseOpened(good), LeaseOpened(bad)]
+    for background in (False, True):  # a frame each, or all four in one frame
+        _, got = written(tmp_path / str(background), sent, background=background)
+        assert [type(r) for r in got] == [DeliveryRecord, OpaqueDelivery, DeliveryRecord, OpaqueDelivery]
+        assert got[0].message == sent[0] and got[2].message == sent[2]
