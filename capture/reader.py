@@ -6,7 +6,10 @@ record says which run and which part it is, so renamed or shuffled files
 still read in order) and yields an ``Entry(path, offset, record)`` per
 record: ``RunStart``, ``DeliveryRecord``, ``OpaqueDelivery``, ``RunEnd`` (and, when asked,
 each file's ``FilePart``). A frame holding a batch of deliveries yields one
-entry per delivery, each with its index in the frame.
+entry per delivery, each with its index in the frame. ``batches()`` gives
+them frame by frame; ``batches(lazy=True)`` leaves a format 4 or 5 record's
+message as its bytes until ``materialize`` decodes it, so that a replay of
+one tenant decodes only what it replays.
 
 Bad data raises one of ``capture.errors`` naming the file and the byte
 offset: a file that is not a capture or has a newer format, a truncated
