@@ -3,7 +3,9 @@
 - ``capture.writer.CaptureWriter``: the dispatcher's delivery tap;
 - ``capture.reader.CaptureReader``: records back, in order, or errors naming file and offset;
 - ``capture.format``: the file format (framing, record kinds);
-- ``capture.wire``: how messages are written (flat msgpack with a per-file type table);
+- ``capture.typed``: how messages are written since format 4 (as msgspec writes them, read typed);
+- ``capture.interning``: format 5's leases, each written once per version per file;
+- ``capture.wire``: how formats 1 to 3 wrote messages (flat msgpack with a per-file type table);
 - ``capture.settings``: the ``[capture]`` config section.
 """
 

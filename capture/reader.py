@@ -6,7 +6,10 @@ record says which run and which part it is, so renamed or shuffled files
 still read in order) and yields an ``Entry(path, offset, record)`` per
 record: ``RunStart``, ``DeliveryRecord``, ``OpaqueDelivery``, ``RunEnd`` (and, when asked,
 each file's ``FilePart``). A frame holding a batch of deliveries yields one
-entry per delivery, each with its index in the frame.
+entry per delivery, each with its index in the frame. ``batches()`` gives
+them frame by frame; ``batches(lazy=True)`` leaves a format 4 or 5 record's
+message as its bytes until ``materialize`` decodes it, so that a replay of
+one tenant decodes only what it replays.
 
 Bad data raises one of ``capture.errors`` naming the file and the byte
 offset: a file that is not a capture or has a newer format, a truncated
@@ -195,7 +198,7 @@ def _codec_error(path: str, offset: int, exc: CodecError, where: str = "") -> Ca
 class _Decoding:
     """Turns a frame body into records, mapping every decode failure to a capture error.
 
-    Format 4 bodies go to ``capture.typed`` (msgspec, typed); formats 1 to 3
+    Format 4 and 5 bodies go to ``capture.typed`` (msgspec, typed); formats 1 to 3
     to ``capture.wire``'s decoder (msgpack, built by name): one decoder per
     format family, so the captures older builds wrote still replay.
     """
@@ -210,16 +213,26 @@ class _Decoding:
     def new_file(self, format: int) -> None:
         self.format = format
         if format >= TYPED_SINCE:
-            self.typed.reset()
+            self.typed.reset(format)
         else:
             self.decoder.reset(format)
 
-    def frame(self, path: str, offset: int, body: bytes) -> list[Any]:
+    def frame(self, path: str, offset: int, body: bytes, lazy: bool = False) -> list[Any]:
         """The records of one frame, in order; a record that cannot be read is its ``CaptureError``.
 
+        ``lazy``: where the file allows it (``TypedDecoder.lazy``), deliveries
+        with their messages left as bytes (``CaptureReader.materialize``).
         Raises ``CaptureError`` when the frame as a whole cannot be read.
         """
         if self.format >= TYPED_SINCE:
+            if lazy and self.typed.lazy and len(body) >= 2 and body[1] == KIND_DELIVERIES:
+                self.clean = True
+                try:
+                    rows = self.typed.rows(body)
+                except CodecError as exc:
+                    raise _codec_error(path, offset, exc) from None
+                if rows is not None:
+                    return rows
             return self._typed_frame(path, offset, body)
         decoder = self.decoder
         self.clean = True
@@ -276,7 +289,7 @@ class _Decoding:
     def _typed_frame(self, path: str, offset: int, body: bytes) -> list[Any]:
         typed = self.typed
         self.clean = True
-        if len(body) >= 2 and body[0] == 0x92 and body[1] == KIND_DELIVERIES:
+        if len(body) >= 2 and (body[0] == 0x92 or body[0] == 0x93) and body[1] == KIND_DELIVERIES:
             try:
                 records = typed.deliveries(body)
             except CodecError as exc:
@@ -577,7 +590,7 @@ class CaptureReader:
                 for i, record in enumerate(records, start):
                     yield Entry(path, offset, record, i)
 
-    def batches(self) -> Iterator[Batch]:
+    def batches(self, lazy: bool = False) -> Iterator[Batch]:
         """The records frame by frame: ``(path, offset, records, start)``, every record an entry's.
 
         ``start`` is the index in its frame of the first record (each next
@@ -586,14 +599,37 @@ class CaptureReader:
         record is raised (or skipped) and the rest follow as another batch.
         Replay reads this way: it makes no ``Entry`` for a record that
         never needs to say where it was read.
+
+        ``lazy``: a delivery of a format 4 or 5 file comes with its message
+        as its bytes (``msgspec.Raw``), which ``materialize`` decodes, so
+        that a replay of one tenant decodes only the records it replays.
+        Every frame's CRC is still checked, and its records' sequence
+        numbers, times and addresses; a message is checked when it is
+        decoded, so a bad one that is never asked for is never reported.
+        (A file that declares a message type this build does not know is
+        read whole, so that a record of that type is refused where it is.)
         """
         done = 0
         for f in self.files:
-            yield from self._read_file(f, done)
+            yield from self._read_file(f, done, lazy)
             done += f.size
             self.bytes_done = done
 
-    def _read_file(self, f: _File, done_before: int) -> Iterator[Batch]:
+    def materialize(self, record: Any, path: str, offset: int, index: int = -1) -> Any:
+        """``record`` of a lazy batch (``batches(lazy=True)``) with its message decoded; None if it
+        is bad and ``skip_bad`` skips it (counted), else its ``CaptureError`` is raised.
+
+        Only until the next batch is read (the leases it refers to may be forgotten then).
+        """
+        if type(record) is not DeliveryRecord or type(record[5]) is not msgspec.Raw:
+            return record
+        try:
+            return self._decoding.typed.materialize(record)
+        except CodecError as exc:
+            self._bad(_codec_error(path, offset, exc, f"record {index} of the frame: " if index >= 0 else ""), records=1)
+            return None
+
+    def _read_file(self, f: _File, done_before: int, lazy: bool = False) -> Iterator[Batch]:
         path = f.path
         try:
             fh = open(path, "rb")
@@ -609,11 +645,13 @@ class CaptureReader:
                 yield (path, FILE_HEADER.size, [f.part], -1)
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             try:
-                yield from self._frames(buf, path, size, done_before, f.format)
+                yield from self._frames(buf, path, size, done_before, f.format, lazy)
             finally:
                 buf.close()
 
-    def _frames(self, buf: mmap.mmap, path: str, end: int, done_before: int, format: int) -> Iterator[Batch]:
+    def _frames(
+        self, buf: mmap.mmap, path: str, end: int, done_before: int, format: int, lazy: bool = False
+    ) -> Iterator[Batch]:
         decoding = self._decoding
         decoding.new_file(format)
         records_of = decoding.frame
@@ -652,7 +690,7 @@ class CaptureReader:
                 pos = resume
                 continue
             try:
-                records = records_of(path, pos, body)
+                records = records_of(path, pos, body, lazy)
             except CaptureError as exc:
                 self._bad(exc, frames=1, nbytes=nxt - pos)
                 pos = nxt

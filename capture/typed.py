@@ -1,4 +1,4 @@
-"""Capture format 4: deliveries as msgspec writes them, read back typed in one C call per frame.
+"""Capture formats 4 and 5: deliveries as msgspec writes them, read back typed in one C call per frame.
 
 A deliveries frame's body is ``[0, [[seq, at, sender, recipient, cause,
 message], ...]]``, each message the array ``messages.codec`` writes (its tag,
@@ -20,9 +20,12 @@ decoder reads it. Otherwise (a field renamed, removed or moved, a newer
 schema version) the file is read by name (``_ByName``): slower, and just as
 exact.
 
-Leases are not interned as format 3 interned them: encoding and decoding a
-lease is a C call now, and a changed lease (every settlement changes its
-``last_settled_at``) was written whole anyway.
+Format 4 wrote every lease whole, every time. Format 5 writes each once per
+version per file and names it by number (``capture.interning``): a frame's
+body is ``[0, [...], definitions]``, and the messages that hold
+leases are decoded as their *twins* (the same tag and fields, an int in
+place of each lease: ``_twin``), then built for real with the frame's
+leases, a Python call for each such message only.
 
 A delivery whose message is no registered type is written with an
 ``OpaqueRecord`` in its place (its Python type name), so replay knows an
@@ -32,13 +35,27 @@ input is missing rather than silently skipping it.
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 import typing
 from typing import Annotated, Any, Iterable
 
 import msgspec
 
-from capture.format import DeliveryRecord, OpaqueDelivery
+from capture.format import INTERNED_SINCE, DeliveryRecord, OpaqueDelivery
+from capture.interning import (
+    MANY,
+    ONE,
+    OPTIONAL,
+    LeaseTable,
+    SettledVersion,
+    composite_fields,
+    converter,
+    definitions_type,
+    lease_fields,
+)
 from capture.wire import type_entry
+from messages.chain import Lease
+from messages.coins import Coin
 from messages.codec import (
     CodecError,
     NewerSchemaVersion,
@@ -129,6 +146,8 @@ class TypedEncoder:
         try:
             if type(value) is tuple and len(value) == 2 and value[0] == 0:
                 _typed().frame.decode(data)
+            elif type(value) is tuple and len(value) == 3 and value[0] == 0:
+                _typed().format5(Lease.__struct_fields__).frame.decode(data)  # format 5: rows, lease definitions
             elif isinstance(value, tuple) and len(value) == 6:
                 _typed().one.decode(data)
         except (msgspec.ValidationError, CodecError) as exc:
@@ -166,6 +185,29 @@ def _record_type(union: Any) -> type:
     return DeliveryRecord
 
 
+def _twin(cls: type, spec: tuple[tuple[int, int], ...]) -> type:
+    """``cls`` as format 5 writes it: the same tag and fields, an int (a lease's index) in place of each lease."""
+    hints = typing.get_type_hints(cls, localns={c.__name__: c for c in registry().values()})
+    names = cls.__struct_fields__  # type: ignore[attr-defined]
+    defaults = cls.__struct_defaults__  # type: ignore[attr-defined]
+    first_default = len(names) - len(defaults)
+    shapes = dict(spec)
+    fields: list[Any] = []
+    for pos, name in enumerate(names):
+        tp = {ONE: int, OPTIONAL: typing.Optional[int], MANY: tuple[int, ...]}.get(shapes.get(pos), hints[name])  # type: ignore[arg-type]
+        if pos < first_default:
+            fields.append((name, tp))
+            continue
+        default = defaults[pos - first_default]
+        if type(default).__name__ == "Factory":  # a default_factory
+            default = msgspec.field(default_factory=default.factory)
+        fields.append((name, tp, default))
+    return msgspec.defstruct(
+        f"{cls.__name__}Wire", fields, tag=cls.MESSAGE_NAME, array_like=True, frozen=True, gc=False,  # type: ignore[attr-defined]
+        module=__name__,
+    )
+
+
 class _Typed:
     """The typed decoders of one set of message types (this build's, cached)."""
 
@@ -176,6 +218,49 @@ class _Typed:
         self.rows = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw]])
         self.one = msgspec.msgpack.Decoder(self.record, ext_hook=_ext_hook)
         self.own = {c.MESSAGE_NAME: c for c in types}  # type: ignore[attr-defined]
+        # Format 5 (capture.interning): the types that hold leases are read as
+        # their twins, an index in place of each lease, then built for real.
+        #: twin type -> (the real type, its lease fields)
+        self.twins: dict[type, tuple[type, tuple[tuple[int, int], ...]]] = {}
+        wire_types = []
+        for c in types:
+            spec = lease_fields(c)
+            if spec:
+                twin = _twin(c, spec)
+                self.twins[twin] = (c, spec)
+                wire_types.append(twin)
+            else:
+                wire_types.append(c)
+        self.union5 = message_union([*wire_types, OpaqueRecord])
+        # (after the format 4 decoders: _record_type re-types DeliveryRecord for the next decoder made)
+        self.one5 = msgspec.msgpack.Decoder(_record_type(self.union5), ext_hook=_ext_hook)
+        # Read lazily (``TypedDecoder.rows``): each record's message left as its bytes, decoded when asked for.
+        self.lazy4 = msgspec.msgpack.Decoder(tuple[int, list[_record_type(msgspec.Raw)]])  # type: ignore[misc]
+        self.message4 = msgspec.msgpack.Decoder(union, ext_hook=_ext_hook)
+        self.message5 = msgspec.msgpack.Decoder(self.union5, ext_hook=_ext_hook)
+        self._format5: dict[tuple[str, ...], _Format5] = {}
+        self.format5(Lease.__struct_fields__)
+
+    def format5(self, names: tuple[str, ...]) -> "_Format5":
+        """The decoders of format 5 frames whose leases are written with the ``Lease`` fields ``names``."""
+        f = self._format5.get(names)
+        if f is None:
+            with _RETYPING:
+                f = self._format5[names] = _Format5(self.union5, definitions_type(names))
+        return f
+
+
+class _Format5:
+    """A format 5 body's decoders, for one set of ``Lease`` fields: whole, bad records apart, lazily."""
+
+    def __init__(self, union: Any, definitions: Any) -> None:
+        self.frame = msgspec.msgpack.Decoder(tuple[int, list[_record_type(union)], definitions], ext_hook=_ext_hook)  # type: ignore[misc]
+        self.rows = msgspec.msgpack.Decoder(tuple[int, list[msgspec.Raw], definitions], ext_hook=_ext_hook)
+        self.lazy = msgspec.msgpack.Decoder(tuple[int, list[_record_type(msgspec.Raw)], definitions], ext_hook=_ext_hook)  # type: ignore[misc]
+
+
+#: Held while DeliveryRecord is re-typed for a decoder being made (``_record_type``).
+_RETYPING = threading.RLock()
 
 
 _TYPED: dict[frozenset[type], _Typed] = {}
@@ -186,14 +271,17 @@ def _typed() -> _Typed:
     key = frozenset(types.values())
     t = _TYPED.get(key)
     if t is None:
-        t = _TYPED[key] = _Typed(list(types.values()))
+        with _RETYPING:
+            t = _TYPED.get(key)
+            if t is None:
+                t = _TYPED[key] = _Typed(list(types.values()))
     return t
 
 
 class TypedDecoder:
-    """Format 4 deliveries bodies back to records, for the file being read (``declare`` its table first)."""
+    """Format 4 and 5 deliveries bodies back to records, for the file being read (``declare`` its table first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, format: int = INTERNED_SINCE) -> None:
         self._t = _typed()
         #: The file's type table, where it differs from this build's types: read by name.
         self._by_name: _ByName | None = None
@@ -201,12 +289,27 @@ class TypedDecoder:
         self.clean = True
         #: The file's declared types: name -> (version, fields).
         self._table: dict[str, tuple[int, tuple[str, ...]]] = {}
+        #: The file declares a type this build does not know: its records are all decoded as
+        #: they are read (so that one of that type is refused where it is), never lazily.
+        self._unknown = False
+        #: Format 5: the leases the file has defined so far (``capture.interning``).
+        self.leases = LeaseTable()
+        self.format = format
+        self._converters: dict[type, Any] = {}
+        self.reset(format)
 
-    def reset(self) -> None:
-        """A new file: its types are declared afresh."""
+    def reset(self, format: int | None = None) -> None:
+        """A new file (of ``format``, default: the same as the last): its types and leases are declared afresh."""
         self._t = _typed()
         self._by_name = None
         self._table = {}
+        self._unknown = False
+        self.leases.reset()
+        #: format 5: the decoders for the Lease fields the file's columns hold (its table says which)
+        self._f5 = self._t.format5(Lease.__struct_fields__)
+        if format is not None:
+            self.format = format
+        self._converters = {twin: converter(cls, spec, self.leases) for twin, (cls, spec) in self._t.twins.items()}
 
     def declare(self, entries: Any) -> None:
         """Take a ``TYPES`` record's entries, checked against this build's types (see the module doc)."""
@@ -227,11 +330,16 @@ class TypedDecoder:
             version, fields = table[name]
             cls = own.get(name)
             if cls is None:
+                self._unknown = True
                 continue  # unknown here: only a record that uses it is refused (its tag is unknown)
             mine = cls.__struct_fields__  # type: ignore[attr-defined]
             if version > cls.MESSAGE_VERSION or mine[: len(fields)] != fields:  # type: ignore[attr-defined]
-                self._by_name = _ByName(table, own)
+                self._by_name = _ByName(table, own, self.leases if self.format >= INTERNED_SINCE else None)
                 return
+            if cls is Lease and self.format >= INTERNED_SINCE:
+                # The file's lease columns are its Lease fields (a first part of ours: the rest take their defaults).
+                self._f5 = self._t.format5(fields)
+                self.leases.fields(fields)
 
     def deliveries(self, body: bytes) -> list[Any]:
         """The records of a deliveries body; a record that cannot be read is its ``CodecError``.
@@ -243,6 +351,8 @@ class TypedDecoder:
             records = self._by_name.deliveries(body)
             self.clean = not any(isinstance(r, CodecError) for r in records)
             return records
+        if self.format >= INTERNED_SINCE:
+            return self._interned(body)
         try:
             records = self._t.frame.decode(body)[1]
         except (msgspec.ValidationError, CodecError, TypeError, ValueError):
@@ -253,17 +363,119 @@ class TypedDecoder:
             return [_opaque(r) if type(r.message) is OpaqueRecord else r for r in records]
         return records  # type: ignore[no-any-return]
 
+    @property
+    def lazy(self) -> bool:
+        """Whether this file's records can be read lazily (``rows``): typed, and every type it declares known."""
+        return self._by_name is None and not self._unknown
+
+    def rows(self, body: bytes) -> list[Any] | None:
+        """The records of a deliveries body with each message left as its bytes (``msgspec.Raw``),
+        for ``materialize`` to decode when it is needed; a frame's leases are defined at once.
+
+        None when the body cannot be read this way (``deliveries`` reads it, and says why).
+        Only for a file that is ``lazy``.
+        """
+        self.clean = True
+        try:
+            if self.format >= INTERNED_SINCE:
+                _, records, defs = self._f5.lazy.decode(body)
+                self.leases.define(defs)
+            else:
+                records = self._t.lazy4.decode(body)[1]
+        except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError):
+            return None
+        return records  # type: ignore[no-any-return]
+
+    def materialize(self, record: Any) -> Any:
+        """A record of ``rows`` with its message decoded (or an ``OpaqueDelivery``). Raises ``CodecError``.
+
+        Only until the next frame is read: a lease a later frame replaced may be forgotten then.
+        """
+        raw = record[5]
+        try:
+            if self.format >= INTERNED_SINCE:
+                m = self._t.message5.decode(raw)
+                c = self._converters.get(type(m))
+                if c is not None:
+                    m = c(m)
+            else:
+                m = self._t.message4.decode(raw)
+        except (msgspec.ValidationError, CodecError, TypeError, ValueError) as exc:
+            raise _why(raw, exc, self._t.own, message=True) from None
+        except msgspec.DecodeError as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        if type(m) is OpaqueRecord:
+            return OpaqueDelivery(record[0], record[1], record[2], record[3], record[4], m.type_name)
+        return _new_record(DeliveryRecord, (record[0], record[1], record[2], record[3], record[4], m))
+
+    def _interned(self, body: bytes) -> list[Any]:
+        """A format 5 body: its lease definitions taken, then its records built with their leases."""
+        try:
+            _, records, defs = self._f5.frame.decode(body)
+        except (msgspec.ValidationError, CodecError, TypeError, ValueError):
+            return self._one_by_one5(body)
+        except msgspec.DecodeError as exc:
+            raise CodecError(f"malformed msgpack: {exc}") from None
+        self.leases.define(defs)
+        convert = self._converters
+        opaque = b"~opaque" in body
+        try:
+            for i, r in enumerate(records):
+                m = r[5]
+                c = convert.get(type(m))
+                if c is not None:
+                    records[i] = _new_record(DeliveryRecord, (r[0], r[1], r[2], r[3], r[4], c(m)))
+                elif opaque and type(m) is OpaqueRecord:
+                    records[i] = _opaque(r)
+        except CodecError:
+            return self._built_one_by_one(records)
+        return records  # type: ignore[no-any-return]
+
+    def _built_one_by_one(self, records: list[Any]) -> list[Any]:
+        """Records decoded, one of them (at least) referring to a lease no intact frame defined."""
+        out: list[Any] = []
+        convert = self._converters
+        for r in records:
+            if type(r) is not DeliveryRecord:
+                out.append(r)  # made opaque already
+                continue
+            if type(r.message) is OpaqueRecord:
+                out.append(_opaque(r))
+                continue
+            c = convert.get(type(r.message))
+            try:
+                out.append(r if c is None else _new_record(DeliveryRecord, (*r[:5], c(r.message))))
+            except CodecError as exc:
+                out.append(exc)
+        self.clean = not any(isinstance(r, CodecError) for r in out)
+        return out
+
     def _one_by_one(self, body: bytes) -> list[Any]:
         """A body with a bad record: each record decoded alone, the bad one(s) as their errors."""
         try:
             rows = self._t.rows.decode(body)[1]
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise CodecError(f"deliveries record is not [0, [...]]: {exc}") from None
+        return self._rows_one_by_one(rows, self._t.one)
+
+    def _one_by_one5(self, body: bytes) -> list[Any]:
+        """A format 5 body with a bad record: its definitions taken (they serve every record), then each record alone."""
+        try:
+            _, rows, defs = self._f5.rows.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError, CodecError, TypeError, ValueError) as exc:
+            raise CodecError(f"deliveries record is not [0, [...], lease definitions]: {exc}") from None
+        self.leases.define(defs)
+        return self._rows_one_by_one(rows, self._t.one5)
+
+    def _rows_one_by_one(self, rows: list[Any], one: Any) -> list[Any]:
         out: list[Any] = []
-        one = self._t.one
+        convert = self._converters
         for raw in rows:
             try:
                 r = one.decode(raw)
+                c = convert.get(type(r.message))
+                if c is not None:
+                    r = _new_record(DeliveryRecord, (*r[:5], c(r.message)))
             except (msgspec.ValidationError, CodecError, TypeError, ValueError) as exc:
                 out.append(_why(raw, exc, self._t.own))
                 continue
@@ -275,15 +487,19 @@ class TypedDecoder:
         return out
 
 
+#: Builds a ``DeliveryRecord`` (a named tuple) from its six values in C.
+_new_record = tuple.__new__
+
+
 def _opaque(r: Any) -> OpaqueDelivery:
     return OpaqueDelivery(r.seq, r.at, r.sender, r.recipient, r.cause, r.message.type_name)
 
 
-def _why(raw: Any, exc: Exception, own: dict[str, type]) -> CodecError:
-    """The error a record that would not decode stands for: an unknown type, or damage."""
+def _why(raw: Any, exc: Exception, own: dict[str, type], message: bool = False) -> CodecError:
+    """The error a record (or, with ``message``, its message) that would not decode stands for: an unknown type, or damage."""
     try:
-        row = msgspec.msgpack.decode(raw, ext_hook=_ext_hook)
-        tag = row[5][0]
+        value = msgspec.msgpack.decode(raw, ext_hook=_ext_hook)
+        tag = value[0] if message else value[5][0]
     except Exception:
         tag = None
     if isinstance(tag, str) and tag not in own and tag != "~opaque":
@@ -301,19 +517,30 @@ class _ByName:
     messages nested in it: the reader's classes, the writer's field names.
     """
 
-    def __init__(self, table: dict[str, tuple[int, tuple[str, ...]]], own: dict[str, type]) -> None:
+    def __init__(
+        self, table: dict[str, tuple[int, tuple[str, ...]]], own: dict[str, type], leases: LeaseTable | None = None
+    ) -> None:
         self.table = table
         self.own = own
         self._hints: dict[type, dict[str, Any]] = {}
         self._decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+        #: Format 5: the file's leases, which its records name by index (None: format 4, leases written whole).
+        self.leases = leases
 
     def deliveries(self, body: bytes) -> list[Any]:
         try:
             value = self._decoder.decode(body)
         except (msgspec.DecodeError, CodecError) as exc:
             raise CodecError(f"malformed msgpack: {exc}") from None
-        if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
-            raise CodecError("deliveries record is not [0, [...]]")
+        leases = self.leases
+        if leases is None:
+            if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], list):
+                raise CodecError("deliveries record is not [0, [...]]")
+        else:
+            if not (isinstance(value, list) and len(value) == 3 and isinstance(value[1], list)):
+                raise CodecError("deliveries record is not [0, [...], lease definitions]")
+            if value[2] is not None:
+                self._definitions(value[2])
         out: list[Any] = []
         for row in value[1]:
             try:
@@ -321,6 +548,52 @@ class _ByName:
             except CodecError as exc:
                 out.append(exc)
         return out
+
+    def _definitions(self, d: Any) -> None:
+        """A format 5 frame's lease definitions, column by column under the file's ``Lease`` field names."""
+        if not (isinstance(d, list) and len(d) == 4 and all(isinstance(x, list) for x in d)):
+            raise CodecError("lease definitions are not [[index, ...], [column, ...], [values, ...], [settled, ...]]")
+        index, columns, values, settled = d
+        declared = self.table.get(Lease.MESSAGE_NAME)  # type: ignore[attr-defined]
+        if declared is None:
+            raise CodecError("lease definitions in a file that declares no lease type")
+        version, names = declared
+        if version > Lease.MESSAGE_VERSION:
+            raise NewerSchemaVersion(Lease.MESSAGE_NAME, version, Lease.MESSAGE_VERSION)  # type: ignore[arg-type]
+        hints = self._hints.get(Lease)
+        if hints is None:
+            hints = self._hints[Lease] = typing.get_type_hints(Lease, localns={c.__name__: c for c in self.own.values()})
+        unknown = [n for n in names if n not in hints]
+        if unknown:
+            raise CodecError(f"message type 'lease' has no field(s) {', '.join(unknown)}")
+        composite = composite_fields(names)
+        if len(columns) != len(names) or len(values) != len(composite):
+            raise CodecError(f"lease definitions hold {len(columns)} columns for {len(names)} declared field(s)")
+        built: list[list[Any]] = []
+        distinct = dict(zip(composite, values))
+        for pos, name in enumerate(names):
+            column = columns[pos]
+            if not isinstance(column, list) or len(column) != len(index):
+                raise CodecError(f"lease column {name!r} does not hold one value per lease")
+            if pos in distinct:
+                table = [self._value(v, hints[name]) for v in distinct[pos]]
+                try:
+                    column = [table[i] for i in column]
+                except (IndexError, TypeError):
+                    raise CodecError(f"lease column {name!r} refers to a value it does not hold") from None
+            else:
+                column = [self._value(v, hints[name]) for v in column]
+            built.append(column)
+        try:
+            leases = [Lease(**dict(zip(names, row))) for row in zip(*built)]
+            versions = [SettledVersion(s[1], s[2], s[3], self._value(s[4], typing.Optional[tuple[Coin, ...]]))
+                        for s in settled if isinstance(s, list) and len(s) == 5 and s[0] == "~settled"
+                        and type(s[1]) is int and type(s[2]) is int]
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"malformed lease definitions: {exc}") from None
+        if len(versions) != len(settled):
+            raise CodecError("a settled lease version is not [~settled, index, prev, last_settled_at, reservation]")
+        self.leases.add(index, leases, [lease.uuid for lease in leases], versions)  # type: ignore[union-attr]
 
     def _row(self, row: Any) -> Any:
         if not isinstance(row, list) or len(row) != 6:
@@ -365,7 +638,12 @@ class _ByName:
             raise CodecError(f"message type {name!r}: {exc}") from exc
 
     def _value(self, v: Any, tp: Any) -> Any:
-        """``v`` as a value of ``tp``: nested messages built, arrays as tuples, big ints read."""
+        """``v`` as a value of ``tp``: nested messages built, arrays as tuples, big ints read, leases looked up."""
+        if type(v) is int and self.leases is not None and (tp is Lease or tp == typing.Optional[Lease]):
+            lease = self.leases.objects.get(v)
+            if lease is None:
+                raise self.leases.missing(v)
+            return lease
         if isinstance(v, msgspec.msgpack.Ext):
             return decode_big_int(v.data) if v.code == _EXT_BIG_INT else v
         if not isinstance(v, list):

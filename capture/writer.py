@@ -9,7 +9,8 @@ effective configuration (``Config.effective()``, secrets already left out).
 Cheap for the actors: with ``background = true`` (the default) the tap only
 appends the delivery to a queue; a writer thread gathers deliveries for up
 to ``GATHER_S`` (or until a batch of ``BATCH_RECORDS`` waits), encodes the
-batch in one msgspec call (``capture.typed``), frames it (``capture.format``) and
+batch in one msgspec call (``capture.typed``; each lease as the number of its
+definition in the file, ``capture.interning``), frames it (``capture.format``) and
 writes: few wake-ups, one CRC and one buffer append per batch, little
 contention with the actors for the interpreter. The queue is bounded: when
 it is full a delivering thread waits for room rather than losing a record,
@@ -65,6 +66,7 @@ from capture.format import (
     frame,
 )
 from capture.settings import CaptureSettings
+from capture.interning import LeaseInterner
 from capture.typed import OpaqueRecord, TypedEncoder, contained_types
 from messages.codec import CodecError
 from runtime.config import format_duration
@@ -381,6 +383,9 @@ class CaptureWriter:
         self._extra = dict(extra or {})
         self._monotonic = monotonic
         self._encoder = TypedEncoder()
+        #: Each lease written once per version per file (format 5); and the file part it is keeping for.
+        self._interner = LeaseInterner()
+        self._interned_part = -1
         #: Message types declared in the run so far (each new file declares them all), in order,
         #: with each one's index; and those met since the last declaration.
         self._met: list[type] = []
@@ -550,8 +555,8 @@ class CaptureWriter:
         if self.failed is not None:
             self.dropped += len(batch)
             return
-        enc = self._encoder
         sink = self._sink
+        assert sink is not None
         met = self._met_index
         rows: list[tuple[Any, ...]] = batch  # a Delivery is its own row: (seq, at, sender, recipient, cause, message)
         for d in batch:
@@ -560,29 +565,53 @@ class CaptureWriter:
                 break
         if not rows:
             return
-        try:
-            body = enc.encode((KIND_DELIVERIES, rows))
-        except CodecError:
-            rows = [r for r in (self._capturable(d, checked=True) for d in rows) if r is not None]
-            if not rows:
-                return
-            body = enc.encode((KIND_DELIVERIES, rows))
+        if sink.fd is None or sink.part != self._interned_part:
+            self._new_file_leases()
+        body, rows = self._body(rows)
+        if body is None:
+            return
         types = self._types_frame(self._pending) if self._pending else None
         self._pending = []
-        if sink.rotation_due(len(body) + FRAME_HEADER.size + (len(types) if types else 0), rows[0][1]):  # type: ignore[union-attr]
+        at = rows[0][1]
+        if sink.rotation_due(len(body) + FRAME_HEADER.size + (len(types) if types else 0), at):  # type: ignore[arg-type]
             try:
-                sink.rotate(rows[0][1])  # type: ignore[union-attr]  (the new file declares every type met)
+                sink.rotate(at)  # type: ignore[arg-type]  (the new file declares every type met)
             except OSError as exc:
                 self._fail(exc)
                 self.dropped += len(rows)
                 return
             types = None
+            # The frame's lease numbers belong to the file it goes in: encoded again for the new one.
+            self._new_file_leases()
+            body, rows = self._body(rows)
+            if body is None:
+                return
         try:
-            self._sink.add(frame(body), rows[0][1], records=len(rows), types=types)  # type: ignore[union-attr]
+            sink.add(frame(body), at, records=len(rows), types=types)  # type: ignore[arg-type]
             self.records += len(rows)
         except OSError as exc:
             self._fail(exc)
             self.dropped += len(rows)
+
+    def _new_file_leases(self) -> None:
+        """The file being written starts its lease numbers afresh (each file reads on its own)."""
+        self._interner.reset()
+        self._interned_part = self._sink.part  # type: ignore[union-attr]
+
+    def _body(self, rows: list[tuple[Any, ...]]) -> tuple[bytes | None, list[tuple[Any, ...]]]:
+        """The encoded deliveries frame of ``rows`` and the rows it holds (a message that cannot be
+        encoded is made opaque; None when nothing is left to write)."""
+        interner, enc = self._interner, self._encoder
+        wire, defs, undo = interner.frame(rows)
+        try:
+            return enc.encode((KIND_DELIVERIES, wire, defs)), rows
+        except CodecError:
+            interner.undo(undo)
+        rows = [r for r in (self._capturable(d, checked=True) for d in rows) if r is not None]
+        if not rows:
+            return None, rows
+        wire, defs, _ = interner.frame(rows)
+        return enc.encode((KIND_DELIVERIES, wire, defs)), rows
 
     def _capturable(self, d: tuple[Any, ...], checked: bool = False) -> tuple[Any, ...] | None:
         """The row for ``d``; a message of no registered type becomes its type name (an opaque delivery).

@@ -42,6 +42,12 @@ capture does not show), each tied to the input record whose handling led to
 it and to the first diverging input of the same core, whose state from then
 on may explain the rest. Two replays of the same logs produce the same
 events in the same order.
+
+Records come a frame at a time (``CaptureReader.batches``). A replay of
+some cores only (``replayed_for``: ``--tenant``) reads lazily: a record's
+message is decoded only if it is a replayed core's input or decision (most
+of a large capture is other tenants' reads and verdicts); the others are
+counted and their addresses noted, which is all the matching needs of them.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
+
+from msgspec import Raw
 
 from actors.effects import Note, Retire, Send, Spawn
 from capture.errors import CaptureError
@@ -360,8 +368,9 @@ def _message_tenant(m: Any) -> str:
     return getattr(ev, "tenant", "") if ev is not None else ""
 
 
-#: ``describe``'s outside-input line makers by message type, looked up once per type (None: no line).
+#: ``describe``'s outside-input and decision line makers by message type, looked up once per type (None: no line).
 _OUTSIDE_BY_TYPE: dict[type, Any] = {}
+_DECISION_BY_TYPE: dict[type, Any] = {}
 _ASK = object()  # not looked up yet
 
 
@@ -458,40 +467,73 @@ class _Run:
             )
         )
 
-    # -- one delivery --------------------------------------------------------------------
-    def delivery(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        """One captured delivery: a decision to match, an input to feed, or both (in that order)."""
-        self.records += 1
-        at = rec.at
-        last = self.last_at
-        if last is None or at > last:
-            self.last_at = at
-        recipient = rec.recipient
+    # -- deliveries ----------------------------------------------------------------------
+    def deliveries(self, records: list[Any], path: str, offset: int, start: int) -> bool:
+        """A frame's captured deliveries, in order: each a decision to match, an input to feed, or both
+        (in that order). True when the replay stops here (past ``--until``).
+
+        A record of a lazy batch (``CaptureReader.batches(lazy=True)``) is
+        decoded only if it is matched or fed; the others are counted, and
+        what they tell of the addresses (which received mail, and when)
+        taken, without their messages.
+        """
+        r = self.r
+        until = r.until
+        limit = until + max(self.timer_slack, UNTIL_GRACE) if until is not None else None
         seen = self.last_delivery
-        if recipient not in seen:
-            self._first_delivery(recipient)
-        seen[recipient] = rec.seq
-        sender = rec.sender
         known = self._known
-        if sender == CLOCK:
-            if self._was_input(rec.cause):
-                self._match_timer(rec)
-        else:
-            replayed = known.get(sender)
-            if replayed is None:
-                replayed = self.r._replayed(sender)
-            if replayed and not (self.cut and not self._was_input(rec.cause)):
-                self._match_send(rec, sender)
-        replayed = known.get(recipient)
-        if replayed is None:
-            replayed = self.r._replayed(recipient)
-        if not replayed:
-            return
-        until = self.r.until
-        if self.cut or (until is not None and at > until):
-            self.cut = True
-            return
-        self._feed(rec, path, offset, index)
+        replayed_of = r._replayed
+        was_input = self._was_input
+        materialize = r._materialize
+        last = self.last_at
+        counted = 0
+        stop = False
+        try:
+            for i, rec in enumerate(records):
+                seq, at, sender, recipient, cause, message = rec
+                if limit is not None and at > limit:
+                    self.cut = True  # decisions before --until had their time to be delivered
+                    stop = True
+                    break
+                # A decision of a replayed core (or a timer one set), an input of one, or neither.
+                if sender == CLOCK:
+                    decision = was_input(cause)
+                else:
+                    decision = known.get(sender)
+                    if decision is None:
+                        decision = replayed_of(sender)
+                    decision = decision and not (self.cut and not was_input(cause))
+                fed = known.get(recipient)
+                if fed is None:
+                    fed = replayed_of(recipient)
+                index = start + i if start >= 0 else -1
+                if (decision or fed) and type(message) is Raw:
+                    rec = materialize(rec, path, offset, index)
+                    if rec is None:
+                        continue  # bad, and skipped (--skip-bad), as a whole read skips it
+                counted += 1
+                if last is None or at > last:
+                    last = at
+                if recipient not in seen:
+                    self._first_delivery(recipient)
+                seen[recipient] = seq
+                if decision:
+                    if sender == CLOCK:
+                        self._match_timer(rec)
+                    else:
+                        self._match_send(rec, sender)
+                if fed:
+                    if self.cut or (until is not None and at > until):
+                        self.cut = True
+                    else:
+                        self._feed(rec, path, offset, index)
+                if self.cut and self.pending_immediate <= 0:
+                    stop = True  # past --until, every decision before it accounted for
+                    break
+        finally:
+            self.records += counted
+            self.last_at = last
+        return stop
 
     def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
         inp = self.pending.get(rec.cause)
@@ -609,8 +651,7 @@ class _Run:
             self.pending.pop(inp.seq, None)
 
     def _feed(self, rec: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        address = rec.recipient
-        seq = rec.seq
+        seq, at, sender, address, _, message = rec
         self.inputs += 1
         base = self.inputs_base  # mark the input in the bitmap (``_was_input`` reads it)
         if base is None:
@@ -624,19 +665,17 @@ class _Run:
             bm[i] |= 1 << (d & 7)
         else:
             self.inputs_far.add(seq)
-        at = rec.at
         out = self.out
-        sender = rec.sender
         opaque = type(rec) is OpaqueDelivery
-        if sender != CLOCK and not self._known.get(sender, False) and not opaque:
-            cls = type(rec.message)
+        if sender != CLOCK and not opaque and not self._known.get(sender, False):
+            cls = type(message)
             tell = _OUTSIDE_BY_TYPE.get(cls, _ASK)
             if tell is _ASK:
                 tell = _OUTSIDE_BY_TYPE[cls] = describe.outside_describer(cls)
             if tell is not None:
-                text = tell(rec.message)
+                text = tell(message)
                 if text is not None:
-                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(rec.message), f"{sender}: {text}"))
+                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message), f"{sender}: {text}"))
         if address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
@@ -649,7 +688,7 @@ class _Run:
         if opaque:
             self._diverge(
                 "unreplayable", address, _Input(rec, path, offset, index), seq,
-                f"input {rec.message} was not captured (not a registered message)",
+                f"input {message} was not captured (not a registered message)",
             )
             return
         core = self.cores.get(address)
@@ -657,35 +696,47 @@ class _Run:
             self.fresh.discard(address)
             core = self.cores[address] = self.r._build_core(address, self.config)
         try:
-            effects = core.handle(rec.message, at)
+            effects = core.handle(message, at)
         except Exception as exc:  # the live actor would have failed and stopped the same way
             self.crashed[address] = seq
             out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
             return
-        if not effects:
-            return
+        if effects:
+            self._decided(rec, path, offset, index, effects)
+
+    def _decided(self, rec: DeliveryRecord, path: str, offset: int, index: int, effects: list[Any]) -> None:
+        """What a core decided on input ``rec``: held to be matched, and the timeline's lines."""
+        seq, at, _, address, _, _ = rec
         inp = _Input(rec, path, offset, index)
         immediate = inp.immediate
-        tenant = _tenant_of(address)
+        tenant = _TENANTS.get(address)
+        if tenant is None:
+            tenant = _tenant_of(address)
         retired = self.retired
+        absent = self.absent
+        out = self.out
+        held = 0
         for eff in effects:
             te = type(eff)
             if te is Send:
                 to = eff.to
                 if eff.at is None:
-                    if to in self.absent:
+                    if to in absent:
                         self.excused[NEVER_DELIVERED] += 1
                         continue
-                    expected = (eff.message, "recipient retired" if to in retired else None)
+                    m = eff.message
+                    expected = (m, "recipient retired" if to in retired else None)
                     q = immediate.get(to)
                     if q is None:
                         immediate[to] = [expected]
                     else:
                         q.append(expected)
-                    self.pending_immediate += 1
-                    tell = describe.decision_describer(type(eff.message))
+                    held += 1
+                    tell = _DECISION_BY_TYPE.get(type(m), _ASK)
+                    if tell is _ASK:
+                        tell = _DECISION_BY_TYPE[type(m)] = describe.decision_describer(type(m))
                     if tell is not None:
-                        text = tell(eff.message)
+                        text = tell(m)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
                 else:
@@ -702,11 +753,12 @@ class _Run:
                         q = immediate[to] = []
                     for m in eff.first:
                         q.append((m, None))
-                        self.pending_immediate += 1
+                        held += 1
             elif te is Retire:
                 retired[tenant_address(eff.tenant)] = seq
             else:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
+        self.pending_immediate += held
         if immediate or inp.timers:
             self.pending[seq] = inp
             seen = self.last_delivery
@@ -794,8 +846,13 @@ class Replayer:
         until: datetime | None = None,
         timer_slack: timedelta | None = None,
         replayed: Callable[[str], bool] = is_replayed,
+        lazy: bool | None = None,
     ) -> None:
         self._build_core = build_core or default_build_core
+        #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
+        #: by default when only some cores are replayed (``--tenant``), where most records are neither.
+        self.lazy = replayed is not is_replayed if lazy is None else lazy
+        self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
         self.overrides = overrides or {}
         self.until = until
@@ -907,35 +964,33 @@ class Replayer:
 
     def _replay_runs(self, entries: Iterable[Entry]) -> Iterator[Any]:
         run: _Run | None = None
-        until = self.until
-        stop = False
         #: a run's first file, whose start record should come next (--skip-bad may have skipped it)
         first_part: Entry | None = None
-        for path, offset, records, start in _batches(entries):
+        self._materialize = getattr(entries, "materialize", _decoded_already)
+        for path, offset, records, start in _batches(entries, self.lazy):
+            if not records:
+                continue
+            t = type(records[0])
+            if t is DeliveryRecord or t is OpaqueDelivery:  # a frame of deliveries (a header comes alone)
+                rec = records[0]
+                if first_part is not None:
+                    # Its start record was skipped: the run begins from its file header.
+                    run = yield from self._next_run(run, first_part)
+                    first_part = None
+                if run is None:
+                    run = yield from self._next_run(None, Entry(path, offset, rec, start))
+                stop = run.deliveries(records, path, offset, start)
+                if run.out:
+                    out, run.out = run.out, []
+                    yield from out
+                if stop:
+                    self.stopped_early = True
+                    break
+                continue
             index = start
             for rec in records:
                 t = type(rec)
-                if t is DeliveryRecord or t is OpaqueDelivery:
-                    if first_part is not None:
-                        # Its start record was skipped: the run begins from its file header.
-                        run = yield from self._next_run(run, first_part)
-                        first_part = None
-                    if run is None:
-                        run = yield from self._next_run(None, Entry(path, offset, rec, index))
-                    if until is not None and rec.at > until + max(run.timer_slack, UNTIL_GRACE):
-                        run.cut = True
-                        self.stopped_early = True  # decisions before --until had their time to be delivered
-                        stop = True
-                        break
-                    run.delivery(rec, path, offset, index)
-                    if run.out:
-                        out, run.out = run.out, []
-                        yield from out
-                    if run.cut and run.pending_immediate <= 0:
-                        self.stopped_early = True  # past --until, every decision before it accounted for
-                        stop = True
-                        break
-                elif t is RunStart:
+                if t is RunStart:
                     first_part = None
                     run = yield from self._next_run(run, Entry(path, offset, rec, index))
                 elif t is FilePart:
@@ -961,15 +1016,35 @@ class Replayer:
                         run = None
                 if index >= 0:
                     index += 1
-            if stop:
-                break
         if run is not None:
             yield from self._end_run(run)
 
 
-def _batches(entries: Iterable[Entry]) -> Iterable[Batch]:
-    """A reader's records frame by frame (``CaptureReader.batches``); other entries one by one."""
+def _decoded_already(record: Any, path: str, offset: int, index: int) -> Any:
+    """Records that are not of a lazy batch come decoded."""
+    return record
+
+
+def _batches(entries: Iterable[Entry], lazy: bool = False) -> Iterable[Batch]:
+    """A reader's records frame by frame (``CaptureReader.batches``); other entries grouped the same way,
+    consecutive records of one frame together."""
     batches = getattr(entries, "batches", None)
     if batches is not None:
-        return batches()  # type: ignore[no-any-return]
-    return ((e.path, e.offset, [e.record], e.index) for e in entries)
+        return batches(lazy=lazy) if lazy else batches()  # type: ignore[no-any-return]
+    return _grouped(entries)
+
+
+def _grouped(entries: Iterable[Entry]) -> Iterator[Batch]:
+    batch: list[Any] = []
+    path, offset, start, nxt = "", -1, -1, -1
+    for e in entries:
+        if batch and e.index == nxt and e.index >= 0 and e.offset == offset and e.path == path:
+            batch.append(e.record)
+            nxt += 1
+            continue
+        if batch:
+            yield (path, offset, batch, start)
+        batch = [e.record]
+        path, offset, start, nxt = e.path, e.offset, e.index, e.index + 1
+    if batch:
+        yield (path, offset, batch, start)

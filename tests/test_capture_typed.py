@@ -1,4 +1,4 @@
-"""Capture format 4 (``capture.typed``): every message type round-trips typed; bad records cost only themselves.
+"""Capture formats 4 and 5 (``capture.typed``): every message type round-trips typed; bad records cost only themselves.
 
 The writer's own files are read back in ``test_capture_writer``; here files
 are also made by hand, to hold what no writer of this build makes: a type
@@ -17,6 +17,7 @@ from capture import CaptureReader, CaptureWriter, CorruptRecord, DeliveryRecord,
 from capture.format import FILE_HEADER, FILE_MAGIC, FORMAT_VERSION, OpaqueDelivery, frame
 from capture.reader import read_records
 from capture.settings import CaptureSettings
+from capture.interning import LeaseInterner
 from capture.typed import TypedDecoder, TypedEncoder, type_table
 from messages.chain import CreditAccount, Lease, LeaseItem
 from messages.codec import registry
@@ -50,15 +51,25 @@ def _write4(path: Path, bodies: list, table: list | None = None) -> list[int]:
 
 
 @pytest.mark.parametrize("name", sorted(registry()))
-def test_every_registered_type_round_trips_typed(name: str) -> None:
+def test_every_registered_type_round_trips_typed_in_format_4(name: str) -> None:
     value = build(registry()[name])
     body = TypedEncoder().encode((0, [_row(1, value)]))
-    [record] = TypedDecoder().deliveries(body)
+    [record] = TypedDecoder(4).deliveries(body)
     assert type(record) is DeliveryRecord and record.message == value and type(record.message) is type(value)
 
 
-def test_this_build_writes_format_4() -> None:
-    assert FORMAT_VERSION == 4
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_registered_type_round_trips_typed_in_format_5_its_leases_by_number(name: str) -> None:
+    value = build(registry()[name])
+    rows, defs, _ = LeaseInterner().frame([_row(1, value), _row(2, value)])
+    body = TypedEncoder().encode((0, rows, defs))
+    first, second = TypedDecoder(5).deliveries(body)
+    for record in (first, second):
+        assert type(record) is DeliveryRecord and record.message == value and type(record.message) is type(value)
+
+
+def test_this_build_writes_format_5() -> None:
+    assert FORMAT_VERSION == 5
 
 
 def test_the_writer_reads_back_typed_with_a_big_amount_and_a_lease_list(tmp_path: Path) -> None:

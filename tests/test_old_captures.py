@@ -11,6 +11,10 @@ and replay to the end. ``format3-d1c62e2/`` is from before the reads had
 heights: its records must all still decode, with the fields added since at
 their defaults, and replay to the end (where today's decisions differ from
 those builds', replay says so: that is its job).
+
+``format4/`` was written by the last build to write format 4 (msgspec,
+typed, every lease written whole), whose decisions are today's too: it
+replays with no divergence, read by the format 4 decoder this build keeps.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ CAPTURES = Path(__file__).parent / "captures"
 FORMAT3 = sorted((CAPTURES / "format3").glob("*.lwcap"))
 BEFORE_HINTS = sorted((CAPTURES / "format3-a183828").glob("*.lwcap"))
 BEFORE_HEIGHTS = sorted((CAPTURES / "format3-d1c62e2").glob("*.lwcap"))
+FORMAT4 = sorted((CAPTURES / "format4").glob("*.lwcap"))
 
 
 @pytest.mark.parametrize(
@@ -111,3 +116,29 @@ def test_every_format_3_capture_starts_a_run() -> None:
     for path in FORMAT3 + BEFORE_HINTS + BEFORE_HEIGHTS:
         first = next(iter(CaptureReader([path])))
         assert isinstance(first.record, RunStart) and first.record.format == 3
+
+
+def test_the_format_4_captures_are_there_and_are_format_4() -> None:
+    assert [p.name for p in FORMAT4] == ["demo-model-12m.lwcap", "e2e-closures.lwcap"]
+    for path in FORMAT4:
+        assert path.read_bytes()[8:10] == (4).to_bytes(2, "big")
+        first = next(iter(CaptureReader([path])))
+        assert isinstance(first.record, RunStart) and first.record.format == 4
+    assert sum(p.stat().st_size for p in FORMAT4) < 200_000
+
+
+@pytest.mark.parametrize("path", FORMAT4, ids=lambda p: p.stem)
+def test_a_format_4_capture_replays_with_no_divergence(path: Path) -> None:
+    events = list(Replayer(build_core).replay(CaptureReader([path], file_parts=True)))
+    assert [e for e in events if isinstance(e, Divergence)] == []
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    assert end.clean_end and end.inputs > 200 and end.matched > 200
+
+
+def test_a_format_4_capture_reads_back_its_reads_and_its_big_amount() -> None:
+    messages = [e.record.message for path in FORMAT4 for e in CaptureReader([path]) if type(e.record) is DeliveryRecord]
+    reads = [m for m in messages if isinstance(m, CreditRead)]
+    assert reads and all(r.height > 0 and r.account.height >= r.height for r in reads)
+    assert any(r.leases for r in reads)
+    assert 2**70 in {c.amount for r in reads for c in r.account.balances}
+    assert any(m.block_times for m in messages if isinstance(m, NodeStatusAnswered))

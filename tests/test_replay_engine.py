@@ -15,11 +15,12 @@ import io
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actors.effects import Note, Retire, Send, Spawn
 from actors.shell import CoreActor, start_actor
-from capture import CaptureReader, CaptureWriter
+from capture import CaptureReader, CaptureWriter, CorruptRecord
 from capture.format import FILE_HEADER, FRAME_HEADER
 from capture.reader import read_records
 from capture.settings import CaptureSettings
@@ -30,7 +31,7 @@ from messages.credit import CreditRead, CreditReadFailed, LeasesSynced
 from messages.ledger import BillingTickDue
 from messages.scheduler import StartSchedule, StopSchedule, TenantChecked, Wake
 from replay.cli import run_replay
-from replay.engine import REPLAY_GC_THRESHOLD, Divergence, ReplayError, Replayer, RunEnds, Step
+from replay.engine import REPLAY_GC_THRESHOLD, Divergence, ReplayError, Replayer, RunEnds, Step, replayed_for
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher, PooledActor
 from runtime.router import Router, tenant_address
@@ -237,6 +238,64 @@ def test_a_ledger_whose_mail_comes_after_a_burst_is_not_taken_as_absent(tmp_path
     monkeypatch.setattr(engine, "PARK_PER_ADDRESS", per_address)
     _, divergences, _ = replay(live_run(tmp_path, ledger=True))
     assert bool(divergences) is diverges
+
+
+def test_a_replay_of_one_tenant_decodes_only_what_it_replays_and_finds_what_a_whole_read_finds(tmp_path):
+    paths = live_run(tmp_path)
+    build, focus = toy_builder(threshold=2), replayed_for("bob")
+    assert Replayer(build, replayed=focus).lazy and not Replayer(build).lazy
+    eager = list(Replayer(build, replayed=focus, lazy=False).replay(CaptureReader(paths, file_parts=True)))
+    reader = CaptureReader(paths, file_parts=True)
+    decoded, materialize = [], reader.materialize
+
+    def counted(record, *where):
+        if type(record.message) is msgspec.Raw:
+            decoded.append(record)
+        return materialize(record, *where)
+
+    reader.materialize = counted
+    lazy = list(Replayer(build, replayed=focus).replay(reader))
+    assert lazy == eager and [e for e in lazy if isinstance(e, Divergence)]
+    # Alice's own inputs and decisions (chain-io's reads, her replies) are read, never decoded.
+    assert decoded and all(focus(r.sender) or focus(r.recipient) for r in decoded)
+    alices = [r for r in read_records(paths) if "tenant/alice" in (getattr(r, "sender", ""), getattr(r, "recipient", ""))
+              and not (focus(r.sender) or focus(r.recipient))]
+    assert alices and not {r.seq for r in alices} & {r.seq for r in decoded}
+
+
+def _spoil_a_message(path, recipient, message_type):
+    """Give the first ``message_type`` delivered to ``recipient`` a field of the wrong type, its frame's CRC made anew."""
+    from capture.format import frame
+
+    data = bytearray(Path(path).read_bytes())
+    pos = FILE_HEADER.size
+    while pos < len(data):
+        _, n, _ = FRAME_HEADER.unpack_from(data, pos)
+        body = bytes(data[pos + FRAME_HEADER.size: pos + FRAME_HEADER.size + n])
+        value = msgspec.msgpack.decode(body)
+        if value[0] == 0 and len(value) == 3:
+            for row in value[1]:
+                if row[3] == recipient and row[5][0] == message_type:
+                    row[5][1] = "not a cycle number"
+                    data[pos: pos + FRAME_HEADER.size + n] = frame(msgspec.msgpack.encode(value))
+                    Path(path).write_bytes(bytes(data))
+                    return
+        pos += FRAME_HEADER.size + n
+    raise AssertionError(f"no {message_type} to {recipient}")
+
+
+def test_a_bad_message_a_lazy_replay_needs_is_skipped_as_a_whole_read_skips_it(tmp_path):
+    """--skip-bad: counted once as skipped, not as a record replayed, whichever way the capture is read."""
+    paths = live_run(tmp_path)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")
+    ends = []
+    for lazy in (False, True):
+        reader = CaptureReader(paths, file_parts=True, skip_bad=True)
+        events = list(Replayer(toy_builder(), replayed=replayed_for("bob"), lazy=lazy).replay(reader))
+        ends.append(([e for e in events if isinstance(e, RunEnds)], reader.skipped.by_kind))
+    assert ends[0] == ends[1] and ends[0][1] == {"corrupt": 1}
+    with pytest.raises(CorruptRecord, match="record .* of the frame"):
+        list(Replayer(toy_builder(), replayed=replayed_for("bob")).replay(CaptureReader(paths, file_parts=True)))
 
 
 def test_changed_rule_diverges_at_the_input_that_first_led_to_it(tmp_path):
