@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, Iterable, Iterator, Sequence
 
+import msgspec
+
 from chain.addresses import InvalidAddress, address_bytes, credit_address, credit_address_bytes, is_uuid7, uuid7
 from chain.errors import (
     ACK_ACTIVE_CAP_EXCEEDED,
@@ -1678,18 +1680,9 @@ class BillingModel:
                     next_key = denoms[start + limit].encode()
                 balances = {d: balances[d] for d in shown}
             available = {d: a - acct.reserved.get(d, 0) for d, a in balances.items() if a > acct.reserved.get(d, 0)}
+            record = self._account_record(acct)
             return (
-                CreditAccount(
-                    tenant=tenant,
-                    balances=coins(balances),
-                    active_lease_count=len(acct.active),
-                    pending_lease_count=len(acct.pending),
-                    credit_address=acct.credit_address,
-                    reserved_amounts=coins(acct.reserved),
-                    unattributed_reserved_amounts=coins(acct.unattributed) if self.version.unattributed_fields else (),
-                    unattributed_lease_count=acct.unattributed_count if self.version.unattributed_fields else 0,
-                    available_balances=coins(available),
-                ),
+                msgspec.structs.replace(record, balances=coins(balances), available_balances=coins(available)),
                 next_key,
             )
 
