@@ -138,12 +138,14 @@ class Sidecar:
         )
         if restored:
             self._tell(SCHEDULER, TenantsRestored(tuple(restored)))
+        #: other parts (ledger writer, listener, event feed) started with this sidecar
+        self.parts = [make(self) for make in extra]
+        # After the parts: what a lookup finds goes to the ledger writer, which must be there
+        # to take it (on an accelerated clock the first lookup fires milliseconds after this).
         if restored_lookups:
             self._tell(CHAIN, WithdrawLookupsRestored(tuple(restored_lookups)))
         if restored_close_lookups:
             self._tell(CHAIN, CloseLookupsRestored(tuple(restored_close_lookups)))
-        #: other parts (ledger writer, listener, event feed) started with this sidecar
-        self.parts = [make(self) for make in extra]
         if leases_to_read:
             # After the parts: the ledger writer must be there to take what the reads answer.
             self._tell(SCHEDULER, LeasesToRead(tuple(leases_to_read)))
