@@ -138,3 +138,32 @@ def test_a_tx_whose_hash_the_books_cannot_take_is_not_broadcast(tmp_path) -> Non
     assert error.transient and not error.may_have_committed  # the page is simply withdrawn again
     assert "disk I/O error" in error.message and "AA" * 32 in error.message
     assert ledger.withdraw_lookups() == []
+
+
+def test_restored_lookups_reach_the_chain_actor_only_once_the_ledger_writer_is_there() -> None:
+    """A restored lookup's first call fires 10 s of clock after the restore: on an accelerated
+    clock, milliseconds. What it finds goes to the ledger writer, a part of the sidecar; told
+    before the parts started, its facts found no writer and were dropped."""
+    from chain.model_client import ModelChainClient
+    from messages.ledger import WithdrawLookupOpened
+    from sidecar.app import Sidecar
+    from tests.support import PROVIDER_ADDRESS, chain_model, settings
+
+    clock = ManualClock(T0)
+    model = chain_model(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    inbox_empty_at_parts: list[bool] = []
+    sidecar = Sidecar(
+        clock=clock,
+        dispatcher=ManualDispatcher(clock.now),
+        client=ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS),
+        settings=settings(),
+        provider_uuid=PROVIDER,
+        restored_lookups=(WithdrawLookupOpened("EE" * 32, 4, 1, T0),),
+        extra=[lambda s: inbox_empty_at_parts.append(s.chain.actor_inbox.empty())],
+    )
+    try:
+        assert inbox_empty_at_parts == [True]  # nothing told to the chain actor before the parts
+        assert not sidecar.chain.actor_inbox.empty()  # and the restore told after them
+    finally:
+        sidecar.stop()
