@@ -258,7 +258,8 @@ def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spen
     Solved on the continuous line first (floors dropped: the continuous sum
     is never below the whole-second one, so the answer is never late), over
     the breakpoints where another lease's accrual passes its tranche; then
-    moved on to the whole second where the whole-second sum gets there.
+    moved on to the first tick (a lease completing a second of its own
+    count) at which the whole-second sum gets there.
     """
 
     # Beyond the horizon even on the continuous line (which is never below the
@@ -300,9 +301,15 @@ def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spen
         t += -(-(-value) // slope)  # ceil(-value / slope)
     if t >= _HORIZON_US:
         return _HORIZON_US
-    # The whole-second sum reaches it at the next whole second of the lease's own count at the latest.
-    for _ in range(len(others) + 3):
-        if total(t) >= spendable:
-            return t
-        t = ((elapsed + t) // _US + 1) * _US - elapsed
-    return min(t, _HORIZON_US)
+    if total(t) >= spendable:
+        return t
+    # The whole-second sum only moves when one of the leases completes a second of its
+    # own count (each from its own ``last_settled_at``), and it has passed the continuous
+    # value at ``t`` once every lease has completed one more: so it gets there at one of
+    # the leases' next ticks, the earliest that does. (Stepping by this lease's seconds
+    # alone skipped the others' ticks, and the runway came out up to a second late: a
+    # read at a time before it already found the credit gone.)
+    for tick in sorted({((e + t) // _US + 1) * _US - e for e in (elapsed, *(e for _, e, _ in others))}):
+        if total(tick) >= spendable:
+            return min(tick, _HORIZON_US)
+    return _HORIZON_US  # unreachable: the last tick is past the continuous crossing

@@ -83,6 +83,41 @@ def test_a_lease_is_gone_from_its_runway_on_and_the_runway_does_not_move_while_n
     assert v.gone == ("umfx",) and ">=" in v.detail
 
 
+def test_the_runway_is_never_late_when_the_leases_count_seconds_from_different_instants():
+    """Leases created at odd microseconds each complete their seconds at their own ticks.
+
+    The credit can run out at another lease's tick, between two of ours: a read at any
+    microsecond before the runway must find credit, and one at the runway must not.
+    (The runway used to step by our lease's seconds only and came out up to a second late.)
+    """
+    rnd = random.Random(5)
+    late = 0
+    for case in range(30):
+        clock, m = setup(ChainParams(min_lease_duration=rnd.choice((1, 20))))
+        t = addr(f"t{case}")
+        m.fund_credit(t, [Coin("umfx", rnd.randrange(1_000, 5_000))])
+        ours = set()
+        for i in range(rnd.randrange(2, 5)):
+            clock.advance(timedelta(microseconds=rnd.randrange(1, 999_999)))
+            provider = PROVIDER if i % 2 == 0 else OTHER
+            lease = m.create_lease(t, provider, [item(rnd.randrange(1, 9))])
+            if provider == PROVIDER:
+                ours.add(lease.uuid)
+        start = clock.now()
+        for v in read(m, t, ours, start):
+            if v.gone or v.runway_at is None:
+                continue
+            span = (v.runway_at - start) // timedelta(microseconds=1)
+            for at in {start + timedelta(microseconds=rnd.randrange(0, span)) for _ in range(20)} | {
+                    v.runway_at - timedelta(microseconds=1)}:
+                (again,) = [w for w in read(m, t, ours, at) if w.lease_uuid == v.lease_uuid]
+                late += bool(again.gone)
+                assert again.runway_at == v.runway_at or again.gone, (case, at, v, again)
+            (at_runway,) = [w for w in read(m, t, ours, v.runway_at) if w.lease_uuid == v.lease_uuid]
+            assert at_runway.gone, (case, v)
+    assert late == 0
+
+
 def test_on_the_current_chain_a_lease_runs_dry_while_the_balance_stays_above_zero():
     clock, m = setup()
     t = addr("t")
