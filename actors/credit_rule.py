@@ -36,13 +36,14 @@ Everything here is a function of the read and ``now``; nothing reads a clock.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any, Collection, Sequence
 
 from messages.chain import CreditAccount, Lease
 from messages.coins import coins_to_dict
 
-__all__ = ["LeaseCredit", "judge", "RESERVATION_RULE", "BALANCE_RULE", "DEPLETION_HORIZON"]
+__all__ = ["LeaseCredit", "judge", "CreditJudge", "RESERVATION_RULE", "BALANCE_RULE", "DEPLETION_HORIZON"]
 
 #: The two rules, by the chain version that spends credit that way (for notes).
 RESERVATION_RULE = "reservation-aware rule (current chain)"
@@ -77,14 +78,16 @@ class LeaseCredit:
         #: Whether ``runway_at`` was clamped to the horizon.
         self.clamped = clamped
         self.rule = rule
-        self._detail = detail  # a str, or the numbers _numbers() writes out
+        #: a str; the numbers _numbers() writes out; or, for a verdict a ``CreditJudge``
+        #: kept, a call that judges the read again at its own time for them
+        self._detail = detail
 
     @property
     def detail(self) -> str:
         """The numbers that decided, per gone denom (or the soonest one), for the notes."""
         d = self._detail
         if type(d) is not str:
-            d = self._detail = "; ".join(_numbers(*n) for n in d)
+            d = self._detail = d() if callable(d) else "; ".join(_numbers(*n) for n in d)
         return d  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
@@ -124,17 +127,87 @@ def _own(lease: Lease, account_unattributed: dict[str, int]) -> dict[str, int]:
 
 
 _MICROSECOND = timedelta(microseconds=1)
+#: A time before any read: a judge that has kept nothing holds nothing.
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
 _NO_COINS: dict[str, int] = {}
 
 
 def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime) -> list[LeaseCredit]:
-    """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``.
+    """Every lease of ``ours`` among the tenant's ACTIVE leases (of every provider), judged at ``now``."""
+    return _judge(account, tenant_leases, ours, now)[0]
+
+
+class CreditJudge:
+    """``judge`` for one tenant, keeping its last read's verdicts for as long as they hold.
+
+    A tenant's credit account and leases change only when a tx touches
+    them, so most of its reads (every check between two withdrawals) are the
+    same read again, later. Judged again, such a read gives the same
+    verdicts until the earliest of: a runway (the lease is gone from it on;
+    the runway itself does not move, being the first tick at which the same
+    inequality holds), or, for a runway beyond the horizon, the time the
+    leases could at the most reach it (its slack over the sum of their
+    rates). Until then the kept verdicts are given again, the clamped
+    runways moved with ``now`` as ``judge`` would move them and the numbers
+    of each made, only if asked for, by judging the read again at that
+    time: what it returns is what ``judge`` returns, at a lookup's cost.
+    """
+
+    __slots__ = ("_key", "_ours", "_at", "_until", "_verdicts")
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._ours: frozenset[str] = frozenset()
+        self._at = self._until = _NEVER
+        self._verdicts: list[LeaseCredit] = []
+
+    def __call__(
+        self, account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime
+    ) -> list[LeaseCredit]:
+        # What judge reads of the account: its height and counts decide nothing.
+        key = (account.balances, account.reserved_amounts, account.unattributed_reserved_amounts, tenant_leases)
+        if self._at <= now < self._until and key == self._key:
+            mine = frozenset(ours)
+            if mine == self._ours:
+                return [self._again(v, account, tenant_leases, mine, now) for v in self._verdicts]
+        else:
+            mine = frozenset(ours)
+        verdicts, hold_us = _judge(account, tenant_leases, mine, now)
+        self._key, self._ours, self._at, self._verdicts = key, mine, now, verdicts
+        self._until = now + timedelta(microseconds=hold_us) if hold_us < _HORIZON_US else now + DEPLETION_HORIZON
+        return verdicts
+
+    @staticmethod
+    def _again(v: LeaseCredit, account: CreditAccount, leases: Sequence[Lease], ours: frozenset[str],
+               now: datetime) -> LeaseCredit:
+        if v.runway_at is None:  # costs nothing: nothing in it depends on the time
+            return v
+        detail = partial(_detail_at, account, leases, ours, now, v.lease_uuid)
+        return LeaseCredit(v.lease_uuid, (), now + DEPLETION_HORIZON if v.clamped else v.runway_at, v.clamped,
+                           detail, v.rule)
+
+
+def _detail_at(account: CreditAccount, leases: Sequence[Lease], ours: frozenset[str], now: datetime,
+               lease_uuid: str) -> str:
+    """The numbers ``judge`` gives one lease at ``now``: a kept verdict's, made when asked for."""
+    return next(v.detail for v in judge(account, leases, ours, now) if v.lease_uuid == lease_uuid)
+
+
+def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str],
+           now: datetime) -> tuple[list[LeaseCredit], int]:
+    """``judge``, and for how many microseconds from ``now`` the same read would be judged the same.
 
     (Run for every read of every tenant. What the other leases take from a
     lease's credit is the sum over every lease less the lease's own part, so
     a read costs time in its leases, not in their square; a runway beyond the
     horizon is known from those sums without solving for it. The common case,
     one denom, goes without sorting, and the notes' text is made only if asked.)
+
+    The time it holds is 0 when a lease is gone (its numbers grow with the
+    time), or when a runway was solved out to the horizon (how far beyond is
+    not known); otherwise the earliest runway, or, for a denom beyond the
+    horizon on the continuous line, that line's slack over the sum of every
+    lease's rate in the denom, which no line can gain on faster.
     """
     balances = coins_to_dict(account.balances)
     reserved = coins_to_dict(account.reserved_amounts) if account.reserved_amounts else _NO_COINS
@@ -153,6 +226,7 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
     # uuid, for it is not one of its own others however often it is listed.
     over_now: dict[str, int] = {}
     over_far: dict[str, int] = {}
+    rate_sum: dict[str, int] = {}  # every lease's rate, per denom: how fast the line can climb at most
     own_parts: dict[str, dict[str, tuple[int, int]]] = {}
     since: dict[datetime, int] = {}  # a tenant's leases mostly share their last settlement (one tx)
     for lease in tenant_leases:
@@ -187,10 +261,12 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
                 at_far = 0
             over_now[denom] = over_now.get(denom, 0) + at_now
             over_far[denom] = over_far.get(denom, 0) + at_far
+            rate_sum[denom] = rate_sum.get(denom, 0) + r
             mine = parts.get(denom)
             parts[denom] = (at_now, at_far) if mine is None else (mine[0] + at_now, mine[1] + at_far)
     out = []
     horizon_at: datetime | None = None
+    hold = _HORIZON_US
     for lease, rates, elapsed, own in table:
         if lease.uuid not in ours:
             continue
@@ -216,11 +292,20 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
             if accrued >= usable:
                 gone.append(denom)
                 details.append(numbers + (">=",))
+                hold = 0
                 continue
-            if rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far < 0:
+            far = rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far
+            if far < 0:
                 wait = _HORIZON_US  # beyond the horizon even on the continuous line: nothing to solve
+                # Every line climbs at its rate at the most: this one stays below zero at the
+                # horizon for as many microseconds as its slack over their sum.
+                held = (-far - 1) // rate_sum[denom]
             else:
-                wait = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+                wait = held = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+                if held >= _HORIZON_US:
+                    held = 0  # clamped after solving: how far beyond is not known
+            if held < hold:
+                hold = held
             if soonest is None or wait < soonest[0]:
                 soonest = (wait, denom, numbers + ("<",))
         if gone:
@@ -237,7 +322,7 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
             else:
                 at = now + timedelta(microseconds=wait)
             out.append(LeaseCredit(lease.uuid, (), at, clamped, (soonest[2],), rule))
-    return out
+    return out, hold
 
 
 def _others(table: list[tuple[Lease, dict[str, int], int, dict[str, int]]], uuid: str, denom: str) -> list[tuple[int, int, int]]:
