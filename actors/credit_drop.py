@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Sequence
 
 from messages.chain import CreditAccount, Lease
-from messages.coins import coins_to_dict
+from messages.coins import Coin, coins_to_dict
 
 __all__ = ["SpendReference", "implausible_drop", "reference"]
 
@@ -38,16 +38,18 @@ SECOND = timedelta(seconds=1)
 
 @dataclass(frozen=True, slots=True)
 class SpendReference:
-    """An accepted read: its time, balances and leases.
+    """An accepted read: its time, balances (as the chain listed them) and leases.
 
     What its leases could still draw is worked out from them only when a
     later read has a balance fallen to zero (``implausible_drop``), which
     nearly no read has: worked out on every read, it cost a fifth of
-    judging the tenant.
+    judging the tenant. The balances stay the chain's list for the same
+    reason: a later read listing the very same coins fell nowhere, which
+    one comparison tells.
     """
 
     at: datetime
-    balances: dict[str, int]
+    coins: tuple[Coin, ...]
     leases: tuple[Lease, ...]
 
     def unsettled(self) -> dict[str, int]:
@@ -78,16 +80,18 @@ def reference(account: CreditAccount, leases: Sequence[Lease], now: datetime) ->
     for lease in leases:
         if lease.last_settled_at is None:
             return None  # what it owes is unknown: no bound
-    return SpendReference(now, coins_to_dict(account.balances), tuple(leases))
+    return SpendReference(now, account.balances, tuple(leases))
 
 
 def implausible_drop(ref: SpendReference, account: CreditAccount, leases: Sequence[Lease], now: datetime) -> str | None:
     """Why the read at ``now`` cannot be true, or None: the first denom whose balance fell to
     zero from more than every lease of either read could have spent since ``ref``."""
+    if account.balances == ref.coins:
+        return None  # the same balances (every read between two settlements): nothing fell
     balances = coins_to_dict(account.balances)
     bound: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
     seconds = _seconds_up(now - ref.at) + 1
-    for denom, before in sorted(ref.balances.items()):
+    for denom, before in sorted(coins_to_dict(ref.coins).items()):
         after = balances.get(denom, 0)
         fall = before - after
         if fall <= 0 or after > 0:

@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from actors.credit_drop import SpendReference, implausible_drop, reference
-from actors.credit_rule import LeaseCredit, judge
+from actors.credit_rule import CreditJudge, LeaseCredit
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from messages.chain import ChainFailure, CreditEstimate, Lease
@@ -111,6 +111,7 @@ class TenantCredit:
         "tenant", "settings", "leases", "last_balances", "last_sample_at", "consecutive_errs", "zero_since",
         "depletion_at", "recheck_at", "closing", "_closing_cycle", "_saved", "_saved_key", "_charged",
         "_restored_charged", "_clamped", "_sorted", "_lease_changes", "read_height", "_reference", "_doubted",
+        "_judge", "_read_coins", "_listed",
     )
 
     def __init__(self, tenant: str, settings: SchedulerSettings) -> None:
@@ -145,6 +146,13 @@ class TenantCredit:
         self._reference: SpendReference | None = None
         #: the last read fell too far and was taken as failed: the next that falls as far is believed
         self._doubted = False
+        #: the credit rule, keeping the last read's verdicts while the same read would get them again
+        self._judge = CreditJudge()
+        #: the balances of the last read as the chain listed them: the same list again (every
+        #: read between two settlements) keeps ``last_balances`` the very same dict
+        self._read_coins: tuple[Coin, ...] | None = None
+        #: (``last_balances``, it as a coin list) for the snapshot, made once per new balances
+        self._listed: tuple[dict[str, int] | None, tuple[Coin, ...] | None] = (None, None)
 
     def _leases_changed(self) -> None:
         self._charged = self._sorted = None
@@ -158,7 +166,7 @@ class TenantCredit:
         return TenantSnapshot(
             tenant=self.tenant,
             lease_uuids=lease_uuids,
-            last_balances=coins(self.last_balances) if self.last_balances is not None else None,
+            last_balances=self._balances_listed(),
             last_sample_at=self.last_sample_at,
             consecutive_errs=self.consecutive_errs,
             zero_since=self.zero_since,
@@ -169,12 +177,19 @@ class TenantCredit:
             read_height=self.read_height,
         )
 
+    def _balances_listed(self) -> tuple[Coin, ...] | None:
+        if self._listed[0] is not self.last_balances:
+            b = self.last_balances
+            self._listed = (b, coins(b) if b is not None else None)
+        return self._listed[1]
+
     def _restore(self, s: TenantSnapshot) -> None:
         for u in s.lease_uuids:
             self.leases.setdefault(u, None)
         self._restored_charged = frozenset(s.charged_denoms)
         self._leases_changed()
         self.last_balances = coins_to_dict(s.last_balances) if s.last_balances is not None else None
+        self._read_coins = None
         self.last_sample_at = s.last_sample_at
         self.consecutive_errs = s.consecutive_errs
         self.zero_since = s.zero_since
@@ -354,7 +369,7 @@ class TenantCredit:
 
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
-        verdicts = judge(message.account, message.leases, self.leases, now)
+        verdicts = self._judge(message.account, message.leases, self.leases, now)
         if message.leases_listed and (self.zero_since is not None or self.closing or any(v.gone for v in verdicts)):
             # Leases from the provider's listing, read before the account: good for
             # credit to spare, not for opening, keeping, clearing or acting on a grace
@@ -362,14 +377,18 @@ class TenantCredit:
             out.append(Send(CHAIN_IO, CreditCall(message.cycle, self.tenant, full=True)))
             return
         self.consecutive_errs = 0
-        balances = _nonzero(message.account.balances)
+        listed = message.account.balances
+        if listed != self._read_coins or self.last_balances is None:
+            self._read_coins = listed
+            self.last_balances = _nonzero(listed)
+        balances = self.last_balances
         # The read's leases are the freshest details of ours (price, cursor, tranche).
         for lease in message.leases:
             if lease.uuid in self.leases and self.leases[lease.uuid] != lease:
                 self.leases[lease.uuid] = lease
                 self._leases_changed()
         gone = [v for v in verdicts if v.gone]
-        self.last_balances, self.last_sample_at = balances, now
+        self.last_sample_at = now
         closing: tuple[str, ...] = ()
         #: a re-check inside a grace window already told: its line is for --log-level debug
         level = "info"
