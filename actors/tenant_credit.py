@@ -97,6 +97,9 @@ def _moved(before: datetime | None, after: datetime | None, tolerance: timedelta
     return abs(after - before) > tolerance
 
 
+#: What ``leases.get`` gives for a lease that is not ours (None stands for ours, details lost).
+_NOT_OURS = object()
+
 #: What a monitor whose leases never lost their details restores charged denoms from: nothing (shared).
 _NONE_RESTORED: frozenset[str] = frozenset()
 
@@ -370,7 +373,8 @@ class TenantCredit:
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
         verdicts = self._judge(message.account, message.leases, self.leases, now)
-        if message.leases_listed and (self.zero_since is not None or self.closing or any(v.gone for v in verdicts)):
+        gone = [v for v in verdicts if v.gone]
+        if message.leases_listed and (self.zero_since is not None or self.closing or gone):
             # Leases from the provider's listing, read before the account: good for
             # credit to spare, not for opening, keeping, clearing or acting on a grace
             # window. Nothing changes on it; the tenant is read again in full.
@@ -383,11 +387,12 @@ class TenantCredit:
             self.last_balances = _nonzero(listed)
         balances = self.last_balances
         # The read's leases are the freshest details of ours (price, cursor, tranche).
+        ours = self.leases
         for lease in message.leases:
-            if lease.uuid in self.leases and self.leases[lease.uuid] != lease:
-                self.leases[lease.uuid] = lease
+            known = ours.get(lease.uuid, _NOT_OURS)
+            if known is not _NOT_OURS and known != lease:
+                ours[lease.uuid] = lease
                 self._leases_changed()
-        gone = [v for v in verdicts if v.gone]
         self.last_sample_at = now
         closing: tuple[str, ...] = ()
         #: a re-check inside a grace window already told: its line is for --log-level debug
@@ -439,7 +444,10 @@ class TenantCredit:
             if self.zero_since is not None:
                 self.zero_since = None
                 prefix = "credit back, grace window cleared; "
-            soonest = min((v for v in verdicts if v.runway_at is not None), key=lambda v: v.runway_at, default=None)
+            soonest = None  # the first of the earliest runways
+            for v in verdicts:
+                if v.runway_at is not None and (soonest is None or v.runway_at < soonest.runway_at):
+                    soonest = v
             new_at = soonest.runway_at if soonest else None
             clamped = soonest is not None and soonest.clamped
             if not prefix and clamped and self._clamped:
