@@ -317,26 +317,51 @@ class _Expect:
         self.at = at
 
 
+class _Excused:
+    """A held decision that may be missing from the capture, and why (its recipient was retired)."""
+
+    __slots__ = ("message", "reason")
+
+    def __init__(self, message: Any, reason: str) -> None:
+        self.message = message
+        self.reason = reason
+
+
+def _held(expected: Any) -> tuple[Any, str | None]:
+    """A held decision as ``(message, excuse)``."""
+    if type(expected) is _Excused:
+        return expected.message, expected.reason
+    return expected, None
+
+
 class _Input:
     """A replayed input whose decisions are not all matched yet.
 
     ``immediate`` maps each recipient to the messages the core sent it, in
-    order, each as ``(message, excuse)`` (``excuse`` is why it may be
-    missing from the capture, or None).
+    order, each the message itself or, where it may be missing from the
+    capture, an ``_Excused`` saying why: a decision is held as it was made,
+    with nothing built around it (a replay holds one per decision).
+    ``timers`` is a list once the input set one.
     """
 
-    __slots__ = ("seq", "at", "address", "record", "path", "offset", "index", "immediate", "timers")
+    __slots__ = ("seq", "address", "record", "path", "offset", "index", "immediate", "timers")
 
-    def __init__(self, record: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        self.seq = record.seq
-        self.at = record.at
-        self.address = record.recipient
+    def __init__(
+        self, record: DeliveryRecord, path: str, offset: int, index: int,
+        immediate: dict[str, list[Any]] | None = None, timers: list["_Expect"] | tuple[()] = (),
+    ) -> None:
+        self.seq = record[0]
+        self.address = record[3]
         self.record = record
         self.path = path
         self.offset = offset
         self.index = index
-        self.immediate: dict[str, list[tuple[Any, str | None]]] = {}
-        self.timers: list[_Expect] = []
+        self.immediate: dict[str, list[Any]] = {} if immediate is None else immediate
+        self.timers: list[_Expect] | tuple[()] = timers
+
+    @property
+    def at(self) -> datetime:
+        return self.record[1]  # type: ignore[no-any-return]
 
     @property
     def where(self) -> str:
@@ -486,13 +511,15 @@ class _Run:
         was_input = self._was_input
         materialize = r._materialize
         last = self.last_at
+        cut = self.cut
         counted = 0
         stop = False
+        index = -1
         try:
             for i, rec in enumerate(records):
                 seq, at, sender, recipient, cause, message = rec
                 if limit is not None and at > limit:
-                    self.cut = True  # decisions before --until had their time to be delivered
+                    self.cut = cut = True  # decisions before --until had their time to be delivered
                     stop = True
                     break
                 # A decision of a replayed core (or a timer one set), an input of one, or neither.
@@ -502,11 +529,13 @@ class _Run:
                     decision = known.get(sender)
                     if decision is None:
                         decision = replayed_of(sender)
-                    decision = decision and not (self.cut and not was_input(cause))
+                    if cut and decision:
+                        decision = was_input(cause)
                 fed = known.get(recipient)
                 if fed is None:
                     fed = replayed_of(recipient)
-                index = start + i if start >= 0 else -1
+                if start >= 0:
+                    index = start + i
                 if (decision or fed) and type(message) is Raw:
                     rec = materialize(rec, path, offset, index)
                     if rec is None:
@@ -523,11 +552,11 @@ class _Run:
                     else:
                         self._match_send(rec, sender)
                 if fed:
-                    if self.cut or (until is not None and at > until):
-                        self.cut = True
+                    if cut or (until is not None and at > until):
+                        self.cut = cut = True
                     else:
                         self._feed(rec, path, offset, index)
-                if self.cut and self.pending_immediate <= 0:
+                if cut and self.pending_immediate <= 0:
                     stop = True  # past --until, every decision before it accounted for
                     break
         finally:
@@ -536,23 +565,26 @@ class _Run:
         return stop
 
     def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
-        inp = self.pending.get(rec.cause)
-        recipient = rec.recipient
+        cause = rec[4]
+        inp = self.pending.get(cause)
+        recipient = rec[3]
         queue = inp.immediate.get(recipient) if inp is not None and inp.address == sender else None
         if not queue:
-            known = self._was_input(rec.cause)
+            known = self._was_input(cause)
             self._diverge(
                 "extra" if known else "unexplained",
                 sender,
                 inp,
-                rec.cause,
+                cause,
                 f"captured {sender} -> {recipient}: {describe.message(rec.message)}; "
                 + ("the replay decides no such message" if known else "no replayed input of this core caused it"),
                 rec.seq,
                 _message_tenant(rec.message),
             )
             return
-        expected = queue.pop(0)[0]
+        expected = queue.pop(0)
+        if type(expected) is _Excused:
+            expected = expected.message
         self.pending_immediate -= 1
         if _same(expected, rec):
             self.matched += 1
@@ -561,7 +593,7 @@ class _Run:
                 "changed",
                 sender,
                 inp,
-                rec.cause,
+                cause,
                 f"to {recipient}: {describe.differences(rec.message, expected)}",
                 rec.seq,
                 _message_tenant(rec.message),
@@ -570,7 +602,7 @@ class _Run:
             immediate = inp.immediate  # type: ignore[union-attr]
             del immediate[recipient]
             if not immediate and not inp.timers:  # type: ignore[union-attr]
-                del self.pending[rec.cause]
+                del self.pending[cause]
 
     def _timely(self, due: datetime, fired: datetime) -> bool:
         return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
@@ -665,7 +697,6 @@ class _Run:
             bm[i] |= 1 << (d & 7)
         else:
             self.inputs_far.add(seq)
-        out = self.out
         opaque = type(rec) is OpaqueDelivery
         if sender != CLOCK and not opaque and not self._known.get(sender, False):
             cls = type(message)
@@ -675,8 +706,9 @@ class _Run:
             if tell is not None:
                 text = tell(message)
                 if text is not None:
-                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message), f"{sender}: {text}"))
-        if address in self.crashed:
+                    self.out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message),
+                                         f"{sender}: {text}"))
+        if self.crashed and address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
                 self._diverge(
@@ -699,22 +731,27 @@ class _Run:
             effects = core.handle(message, at)
         except Exception as exc:  # the live actor would have failed and stopped the same way
             self.crashed[address] = seq
-            out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
+            self.out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
             return
         if effects:
             self._decided(rec, path, offset, index, effects)
 
     def _decided(self, rec: DeliveryRecord, path: str, offset: int, index: int, effects: list[Any]) -> None:
-        """What a core decided on input ``rec``: held to be matched, and the timeline's lines."""
+        """What a core decided on input ``rec``: held to be matched, and the timeline's lines.
+
+        The held decisions are built as they come (a dict and a list only
+        for an input that sends something, an ``_Input`` only for one that
+        holds something), since a replay holds one per decision.
+        """
         seq, at, _, address, _, _ = rec
-        inp = _Input(rec, path, offset, index)
-        immediate = inp.immediate
         tenant = _TENANTS.get(address)
         if tenant is None:
             tenant = _tenant_of(address)
         retired = self.retired
         absent = self.absent
         out = self.out
+        immediate: dict[str, list[Any]] | None = None
+        timers: list[_Expect] | None = None
         held = 0
         for eff in effects:
             te = type(eff)
@@ -725,12 +762,15 @@ class _Run:
                         self.excused[NEVER_DELIVERED] += 1
                         continue
                     m = eff.message
-                    expected = (m, "recipient retired" if to in retired else None)
-                    q = immediate.get(to)
-                    if q is None:
-                        immediate[to] = [expected]
+                    expected = _Excused(m, "recipient retired") if to in retired else m
+                    if immediate is None:
+                        immediate = {to: [expected]}
                     else:
-                        q.append(expected)
+                        q = immediate.get(to)
+                        if q is None:
+                            immediate[to] = [expected]
+                        else:
+                            q.append(expected)
                     held += 1
                     tell = _DECISION_BY_TYPE.get(type(m), _ASK)
                     if tell is _ASK:
@@ -739,8 +779,10 @@ class _Run:
                         text = tell(m)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
+                elif timers is None:
+                    timers = [_Expect(to, eff.message, eff.at)]
                 else:
-                    inp.timers.append(_Expect(to, eff.message, eff.at))
+                    timers.append(_Expect(to, eff.message, eff.at))
             elif te is Note:
                 out.append(Step("note", at, seq, address, eff.tenant or tenant, eff.text))
             elif te is Spawn:
@@ -748,24 +790,26 @@ class _Run:
                 self.fresh.add(to)
                 retired.pop(to, None)
                 if eff.first:
+                    if immediate is None:
+                        immediate = {}
                     q = immediate.get(to)
                     if q is None:
                         q = immediate[to] = []
-                    for m in eff.first:
-                        q.append((m, None))
-                        held += 1
+                    q.extend(eff.first)
+                    held += len(eff.first)
             elif te is Retire:
                 retired[tenant_address(eff.tenant)] = seq
             else:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
-        self.pending_immediate += held
-        if immediate or inp.timers:
-            self.pending[seq] = inp
-            seen = self.last_delivery
-            for to in immediate:
-                if to not in seen:
-                    self._park(inp)
-                    break
+        if immediate or timers:
+            self.pending_immediate += held
+            inp = self.pending[seq] = _Input(rec, path, offset, index, immediate, timers or ())
+            if immediate:
+                seen = self.last_delivery
+                for to in immediate:
+                    if to not in seen:
+                        self._park(inp)
+                        break
 
     def opaque_to(self, rec: OpaqueDelivery) -> bool:
         return self.r._replayed(rec.recipient)
@@ -776,7 +820,7 @@ class _Run:
         for seq in sorted(self.pending):
             inp = self.pending[seq]
             for to, q in inp.immediate.items():
-                for expected, reason in q:
+                for expected, reason in map(_held, q):
                     if reason is None and self.last_delivery.get(to, 0) < inp.seq:
                         reason = NEVER_DELIVERED
                     if reason is None and self.cut:
