@@ -55,6 +55,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import itertools
+import operator
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -515,8 +517,18 @@ class _Run:
         counted = 0
         stop = False
         index = -1
+        order: Iterable[int] = range(len(records))
+        columns = None
+        if r.skips and until is None and not cut and len(records) > 1:
+            order, columns = self._taken(records)
+        done = 0  # records before this one are counted (those between the taken ones: by _passed)
         try:
-            for i, rec in enumerate(records):
+            for i in order:
+                rec = records[i]
+                if i > done:
+                    last = self._passed(columns, done, i, last)  # type: ignore[arg-type]
+                    counted += i - done
+                done = i + 1
                 seq, at, sender, recipient, cause, message = rec
                 if limit is not None and at > limit:
                     self.cut = cut = True  # decisions before --until had their time to be delivered
@@ -559,10 +571,44 @@ class _Run:
                 if cut and self.pending_immediate <= 0:
                     stop = True  # past --until, every decision before it accounted for
                     break
+            else:
+                if columns is not None and done < len(records):
+                    last = self._passed(columns, done, len(records), last)
+                    counted += len(records) - done
         finally:
             self.records += counted
             self.last_at = last
         return stop
+
+    def _taken(self, records: list[Any]) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """The positions in a frame of the records a replayed core takes or makes (or a timer, which one
+        may have set), and the frame's columns (seq, at, sender, recipient, ...).
+
+        Found column by column in C: a replay of some cores only (``--tenant``)
+        takes a few records of each frame, and the others only tell which
+        address received mail and when (``_passed``).
+        """
+        columns = list(zip(*records))
+        senders, recipients = columns[2], columns[3]
+        known = self._known
+        for address in set(senders).union(recipients).difference(known):
+            self.r._replayed(address)
+        taken = itertools.compress(itertools.count(), map(operator.or_, map(known.__getitem__, senders),
+                                                         map(known.__getitem__, recipients)))
+        if CLOCK not in senders:
+            return list(taken), columns
+        return sorted({*taken, *(i for i, s in enumerate(senders) if s == CLOCK)}), columns
+
+    def _passed(self, columns: list[tuple[Any, ...]], a: int, b: int, last: datetime | None) -> datetime | None:
+        """Records ``a`` to ``b`` of a frame, which no replayed core takes or makes: each recipient's
+        last delivery noted (those receiving their first), the latest time returned."""
+        recipients = columns[3][a:b]
+        seen = self.last_delivery
+        for first in set(recipients).difference(seen):
+            self._first_delivery(first)
+        seen.update(zip(recipients, columns[0][a:b]))
+        latest = max(columns[1][a:b])
+        return latest if last is None or latest > last else last
 
     def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
         cause = rec[4]
@@ -896,6 +942,9 @@ class Replayer:
         #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
         #: by default when only some cores are replayed (``--tenant``), where most records are neither.
         self.lazy = replayed is not is_replayed if lazy is None else lazy
+        #: Pass over the records no replayed core takes or makes a frame at a time, in C (``_Run._taken``):
+        #: when only some cores are replayed, most records are such.
+        self.skips = replayed is not is_replayed
         self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
         self.overrides = overrides or {}
