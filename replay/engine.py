@@ -55,6 +55,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import itertools
+import operator
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -317,26 +319,51 @@ class _Expect:
         self.at = at
 
 
+class _Excused:
+    """A held decision that may be missing from the capture, and why (its recipient was retired)."""
+
+    __slots__ = ("message", "reason")
+
+    def __init__(self, message: Any, reason: str) -> None:
+        self.message = message
+        self.reason = reason
+
+
+def _held(expected: Any) -> tuple[Any, str | None]:
+    """A held decision as ``(message, excuse)``."""
+    if type(expected) is _Excused:
+        return expected.message, expected.reason
+    return expected, None
+
+
 class _Input:
     """A replayed input whose decisions are not all matched yet.
 
     ``immediate`` maps each recipient to the messages the core sent it, in
-    order, each as ``(message, excuse)`` (``excuse`` is why it may be
-    missing from the capture, or None).
+    order, each the message itself or, where it may be missing from the
+    capture, an ``_Excused`` saying why: a decision is held as it was made,
+    with nothing built around it (a replay holds one per decision).
+    ``timers`` is a list once the input set one.
     """
 
-    __slots__ = ("seq", "at", "address", "record", "path", "offset", "index", "immediate", "timers")
+    __slots__ = ("seq", "address", "record", "path", "offset", "index", "immediate", "timers")
 
-    def __init__(self, record: DeliveryRecord, path: str, offset: int, index: int) -> None:
-        self.seq = record.seq
-        self.at = record.at
-        self.address = record.recipient
+    def __init__(
+        self, record: DeliveryRecord, path: str, offset: int, index: int,
+        immediate: dict[str, list[Any]] | None = None, timers: list["_Expect"] | tuple[()] = (),
+    ) -> None:
+        self.seq = record[0]
+        self.address = record[3]
         self.record = record
         self.path = path
         self.offset = offset
         self.index = index
-        self.immediate: dict[str, list[tuple[Any, str | None]]] = {}
-        self.timers: list[_Expect] = []
+        self.immediate: dict[str, list[Any]] = {} if immediate is None else immediate
+        self.timers: list[_Expect] | tuple[()] = timers
+
+    @property
+    def at(self) -> datetime:
+        return self.record[1]  # type: ignore[no-any-return]
 
     @property
     def where(self) -> str:
@@ -486,13 +513,25 @@ class _Run:
         was_input = self._was_input
         materialize = r._materialize
         last = self.last_at
+        cut = self.cut
         counted = 0
         stop = False
+        index = -1
+        order: Iterable[int] = range(len(records))
+        columns = None
+        if r.skips and until is None and not cut and len(records) > 1:
+            order, columns = self._taken(records)
+        done = 0  # records before this one are counted (those between the taken ones: by _passed)
         try:
-            for i, rec in enumerate(records):
+            for i in order:
+                rec = records[i]
+                if i > done:
+                    last = self._passed(columns, done, i, last)  # type: ignore[arg-type]
+                    counted += i - done
+                done = i + 1
                 seq, at, sender, recipient, cause, message = rec
                 if limit is not None and at > limit:
-                    self.cut = True  # decisions before --until had their time to be delivered
+                    self.cut = cut = True  # decisions before --until had their time to be delivered
                     stop = True
                     break
                 # A decision of a replayed core (or a timer one set), an input of one, or neither.
@@ -502,11 +541,13 @@ class _Run:
                     decision = known.get(sender)
                     if decision is None:
                         decision = replayed_of(sender)
-                    decision = decision and not (self.cut and not was_input(cause))
+                    if cut and decision:
+                        decision = was_input(cause)
                 fed = known.get(recipient)
                 if fed is None:
                     fed = replayed_of(recipient)
-                index = start + i if start >= 0 else -1
+                if start >= 0:
+                    index = start + i
                 if (decision or fed) and type(message) is Raw:
                     rec = materialize(rec, path, offset, index)
                     if rec is None:
@@ -523,36 +564,73 @@ class _Run:
                     else:
                         self._match_send(rec, sender)
                 if fed:
-                    if self.cut or (until is not None and at > until):
-                        self.cut = True
+                    if cut or (until is not None and at > until):
+                        self.cut = cut = True
                     else:
                         self._feed(rec, path, offset, index)
-                if self.cut and self.pending_immediate <= 0:
+                if cut and self.pending_immediate <= 0:
                     stop = True  # past --until, every decision before it accounted for
                     break
+            else:
+                if columns is not None and done < len(records):
+                    last = self._passed(columns, done, len(records), last)
+                    counted += len(records) - done
         finally:
             self.records += counted
             self.last_at = last
         return stop
 
+    def _taken(self, records: list[Any]) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """The positions in a frame of the records a replayed core takes or makes (or a timer, which one
+        may have set), and the frame's columns (seq, at, sender, recipient, ...).
+
+        Found column by column in C: a replay of some cores only (``--tenant``)
+        takes a few records of each frame, and the others only tell which
+        address received mail and when (``_passed``).
+        """
+        columns = list(zip(*records))
+        senders, recipients = columns[2], columns[3]
+        known = self._known
+        for address in set(senders).union(recipients).difference(known):
+            self.r._replayed(address)
+        taken = itertools.compress(itertools.count(), map(operator.or_, map(known.__getitem__, senders),
+                                                         map(known.__getitem__, recipients)))
+        if CLOCK not in senders:
+            return list(taken), columns
+        return sorted({*taken, *(i for i, s in enumerate(senders) if s == CLOCK)}), columns
+
+    def _passed(self, columns: list[tuple[Any, ...]], a: int, b: int, last: datetime | None) -> datetime | None:
+        """Records ``a`` to ``b`` of a frame, which no replayed core takes or makes: each recipient's
+        last delivery noted (those receiving their first), the latest time returned."""
+        recipients = columns[3][a:b]
+        seen = self.last_delivery
+        for first in set(recipients).difference(seen):
+            self._first_delivery(first)
+        seen.update(zip(recipients, columns[0][a:b]))
+        latest = max(columns[1][a:b])
+        return latest if last is None or latest > last else last
+
     def _match_send(self, rec: DeliveryRecord, sender: str) -> None:
-        inp = self.pending.get(rec.cause)
-        recipient = rec.recipient
+        cause = rec[4]
+        inp = self.pending.get(cause)
+        recipient = rec[3]
         queue = inp.immediate.get(recipient) if inp is not None and inp.address == sender else None
         if not queue:
-            known = self._was_input(rec.cause)
+            known = self._was_input(cause)
             self._diverge(
                 "extra" if known else "unexplained",
                 sender,
                 inp,
-                rec.cause,
+                cause,
                 f"captured {sender} -> {recipient}: {describe.message(rec.message)}; "
                 + ("the replay decides no such message" if known else "no replayed input of this core caused it"),
                 rec.seq,
                 _message_tenant(rec.message),
             )
             return
-        expected = queue.pop(0)[0]
+        expected = queue.pop(0)
+        if type(expected) is _Excused:
+            expected = expected.message
         self.pending_immediate -= 1
         if _same(expected, rec):
             self.matched += 1
@@ -561,7 +639,7 @@ class _Run:
                 "changed",
                 sender,
                 inp,
-                rec.cause,
+                cause,
                 f"to {recipient}: {describe.differences(rec.message, expected)}",
                 rec.seq,
                 _message_tenant(rec.message),
@@ -570,7 +648,7 @@ class _Run:
             immediate = inp.immediate  # type: ignore[union-attr]
             del immediate[recipient]
             if not immediate and not inp.timers:  # type: ignore[union-attr]
-                del self.pending[rec.cause]
+                del self.pending[cause]
 
     def _timely(self, due: datetime, fired: datetime) -> bool:
         return due <= fired <= due + self.timer_slack if self.timer_slack else fired == due
@@ -665,7 +743,6 @@ class _Run:
             bm[i] |= 1 << (d & 7)
         else:
             self.inputs_far.add(seq)
-        out = self.out
         opaque = type(rec) is OpaqueDelivery
         if sender != CLOCK and not opaque and not self._known.get(sender, False):
             cls = type(message)
@@ -675,8 +752,9 @@ class _Run:
             if tell is not None:
                 text = tell(message)
                 if text is not None:
-                    out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message), f"{sender}: {text}"))
-        if address in self.crashed:
+                    self.out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message),
+                                         f"{sender}: {text}"))
+        if self.crashed and address in self.crashed:
             if address not in self.crash_reported:
                 self.crash_reported.add(address)
                 self._diverge(
@@ -699,22 +777,27 @@ class _Run:
             effects = core.handle(message, at)
         except Exception as exc:  # the live actor would have failed and stopped the same way
             self.crashed[address] = seq
-            out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
+            self.out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
             return
         if effects:
             self._decided(rec, path, offset, index, effects)
 
     def _decided(self, rec: DeliveryRecord, path: str, offset: int, index: int, effects: list[Any]) -> None:
-        """What a core decided on input ``rec``: held to be matched, and the timeline's lines."""
+        """What a core decided on input ``rec``: held to be matched, and the timeline's lines.
+
+        The held decisions are built as they come (a dict and a list only
+        for an input that sends something, an ``_Input`` only for one that
+        holds something), since a replay holds one per decision.
+        """
         seq, at, _, address, _, _ = rec
-        inp = _Input(rec, path, offset, index)
-        immediate = inp.immediate
         tenant = _TENANTS.get(address)
         if tenant is None:
             tenant = _tenant_of(address)
         retired = self.retired
         absent = self.absent
         out = self.out
+        immediate: dict[str, list[Any]] | None = None
+        timers: list[_Expect] | None = None
         held = 0
         for eff in effects:
             te = type(eff)
@@ -725,12 +808,15 @@ class _Run:
                         self.excused[NEVER_DELIVERED] += 1
                         continue
                     m = eff.message
-                    expected = (m, "recipient retired" if to in retired else None)
-                    q = immediate.get(to)
-                    if q is None:
-                        immediate[to] = [expected]
+                    expected = _Excused(m, "recipient retired") if to in retired else m
+                    if immediate is None:
+                        immediate = {to: [expected]}
                     else:
-                        q.append(expected)
+                        q = immediate.get(to)
+                        if q is None:
+                            immediate[to] = [expected]
+                        else:
+                            q.append(expected)
                     held += 1
                     tell = _DECISION_BY_TYPE.get(type(m), _ASK)
                     if tell is _ASK:
@@ -739,8 +825,10 @@ class _Run:
                         text = tell(m)
                         if text is not None:
                             out.append(Step("decision", at, seq, address, tenant, text))
+                elif timers is None:
+                    timers = [_Expect(to, eff.message, eff.at)]
                 else:
-                    inp.timers.append(_Expect(to, eff.message, eff.at))
+                    timers.append(_Expect(to, eff.message, eff.at))
             elif te is Note:
                 out.append(Step("note", at, seq, address, eff.tenant or tenant, eff.text))
             elif te is Spawn:
@@ -748,24 +836,26 @@ class _Run:
                 self.fresh.add(to)
                 retired.pop(to, None)
                 if eff.first:
+                    if immediate is None:
+                        immediate = {}
                     q = immediate.get(to)
                     if q is None:
                         q = immediate[to] = []
-                    for m in eff.first:
-                        q.append((m, None))
-                        held += 1
+                    q.extend(eff.first)
+                    held += len(eff.first)
             elif te is Retire:
                 retired[tenant_address(eff.tenant)] = seq
             else:
                 out.append(Step("error", at, seq, address, tenant, f"core returned an unknown effect {eff!r}"))
-        self.pending_immediate += held
-        if immediate or inp.timers:
-            self.pending[seq] = inp
-            seen = self.last_delivery
-            for to in immediate:
-                if to not in seen:
-                    self._park(inp)
-                    break
+        if immediate or timers:
+            self.pending_immediate += held
+            inp = self.pending[seq] = _Input(rec, path, offset, index, immediate, timers or ())
+            if immediate:
+                seen = self.last_delivery
+                for to in immediate:
+                    if to not in seen:
+                        self._park(inp)
+                        break
 
     def opaque_to(self, rec: OpaqueDelivery) -> bool:
         return self.r._replayed(rec.recipient)
@@ -776,7 +866,7 @@ class _Run:
         for seq in sorted(self.pending):
             inp = self.pending[seq]
             for to, q in inp.immediate.items():
-                for expected, reason in q:
+                for expected, reason in map(_held, q):
                     if reason is None and self.last_delivery.get(to, 0) < inp.seq:
                         reason = NEVER_DELIVERED
                     if reason is None and self.cut:
@@ -852,6 +942,9 @@ class Replayer:
         #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
         #: by default when only some cores are replayed (``--tenant``), where most records are neither.
         self.lazy = replayed is not is_replayed if lazy is None else lazy
+        #: Pass over the records no replayed core takes or makes a frame at a time, in C (``_Run._taken``):
+        #: when only some cores are replayed, most records are such.
+        self.skips = replayed is not is_replayed
         self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
         self.overrides = overrides or {}

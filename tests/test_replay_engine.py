@@ -263,6 +263,37 @@ def test_a_replay_of_one_tenant_decodes_only_what_it_replays_and_finds_what_a_wh
     assert alices and not {r.seq for r in alices} & {r.seq for r in decoded}
 
 
+def test_a_replay_of_one_tenant_passes_over_what_it_does_not_replay_a_frame_at_a_time_and_finds_the_same(
+        tmp_path, monkeypatch):
+    """The records no replayed core takes or makes are passed over in bulk (their recipients' last
+    deliveries, the latest time, the count): the events are those of a replay that looks at each one."""
+    import replay.engine as engine
+
+    paths = live_run(tmp_path, ledger=True)
+    build, focus = toy_builder(threshold=2), replayed_for("bob")
+    passed = []
+    real = engine._Run._passed
+    monkeypatch.setattr(engine._Run, "_passed", lambda self, c, a, b, last: passed.append(b - a) or real(self, c, a, b, last))
+    finished = []
+    finish = engine._Run.finish
+    monkeypatch.setattr(engine._Run, "finish", lambda self: finished.append(dict(self.last_delivery)) or finish(self))
+    bulk = Replayer(build, replayed=focus)
+    one_by_one = Replayer(build, replayed=focus)
+    one_by_one.skips = False
+    events = list(bulk.replay(CaptureReader(paths, file_parts=True)))
+    deliveries = [r for r in read_records(paths) if hasattr(r, "recipient")]
+    untaken = [r for r in deliveries if not (focus(r.sender) or focus(r.recipient) or r.sender == "clock")]
+    assert bulk.skips and untaken and sum(passed) == len(untaken)
+    seen = len(passed)
+    assert events == list(one_by_one.replay(CaptureReader(paths, file_parts=True))) and len(passed) == seen
+    [end] = [e for e in events if isinstance(e, RunEnds)]
+    assert [e for e in events if isinstance(e, Divergence)] and end.records == len(deliveries)
+    assert end.last_at == max(r.at for r in deliveries)
+    # What decides whether a decision never delivered is excused: each address's last delivery, passed ones too.
+    assert finished[0] == finished[1] and finished[0]["tenant/alice"] == max(
+        r.seq for r in deliveries if r.recipient == "tenant/alice")
+
+
 def _spoil_a_message(path, recipient, message_type):
     """Give the first ``message_type`` delivered to ``recipient`` a field of the wrong type, its frame's CRC made anew."""
     from capture.format import frame
