@@ -267,6 +267,12 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
     out = []
     horizon_at: datetime | None = None
     hold = _HORIZON_US
+    solved: dict[tuple[Any, ...], int] = {}  # runways already solved in this read, by what decides them
+    # How often each lease is listed, where one is listed more than once (its others leave out every copy).
+    listed: dict[str, int] = {}
+    if len(own_parts) != len(table):
+        for lease, _, _, _ in table:
+            listed[lease.uuid] = listed.get(lease.uuid, 0) + 1
     for lease, rates, elapsed, own in table:
         if lease.uuid not in ours:
             continue
@@ -301,7 +307,14 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
                 # horizon for as many microseconds as its slack over their sum.
                 held = (-far - 1) // rate_sum[denom]
             else:
-                wait = held = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+                # Leases alike in this denom (rate, time since settled, own tranche: a tenant's
+                # leases of one SKU, settled by one tx) have the same others, listed as often:
+                # one runway for all of them.
+                alike = (denom, rate, elapsed, own.get(denom, 0), spendable, listed.get(lease.uuid, 1) if listed else 1)
+                wait = solved.get(alike, -1)
+                if wait < 0:
+                    wait = solved[alike] = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+                held = wait
                 if held >= _HORIZON_US:
                     held = 0  # clamped after solving: how far beyond is not known
             if held < hold:

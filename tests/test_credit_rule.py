@@ -268,3 +268,30 @@ def test_a_credit_judge_gives_up_a_runway_beyond_the_horizon_once_the_horizon_co
         assert [v] == judge(account, leases, ours, clock.now())
         seen.append(v.clamped)
     assert seen[0] and not seen[-1]
+
+
+def test_leases_alike_share_one_runway_and_each_gets_what_it_would_get_alone(monkeypatch):
+    """A tenant's leases of one SKU settled together are solved once; one listed twice still apart."""
+    from actors import credit_rule
+
+    clock, m = setup(ChainParams(min_lease_duration=30))
+    t = addr("t")
+    m.fund_credit(t, [Coin("umfx", 200_000)])
+    ours = {m.create_lease(t, PROVIDER, [item(3)]).uuid for _ in range(5)}
+    ours.add(m.create_lease(t, PROVIDER, [item(4)]).uuid)
+    m.create_lease(t, OTHER, [item(2)])
+    clock.advance(timedelta(seconds=500))
+    account, _ = m.credit_account(t)
+    leases = [r.lease for r in m.leases_by_tenant(t, "ACTIVE")[0]]
+    twice = next(lease for lease in leases if lease.uuid in ours)
+    solves = []
+    real = credit_rule._runway_us
+    monkeypatch.setattr(credit_rule, "_runway_us", lambda *a: solves.append(a) or real(*a))
+    for listing in (leases, leases + [twice]):
+        solves.clear()
+        together = judge(account, listing, ours, clock.now())
+        assert len(solves) < len(together)
+        for v in together:
+            (alone,) = {w.lease_uuid: w for w in judge(account, listing, {v.lease_uuid}, clock.now())}.values()
+            assert (v.runway_at, v.gone, v.detail) == (alone.runway_at, alone.gone, alone.detail), v
+        assert all(v.runway_at is not None and not v.gone and not v.clamped for v in together)
