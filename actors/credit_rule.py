@@ -200,8 +200,11 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
     (Run for every read of every tenant. What the other leases take from a
     lease's credit is the sum over every lease less the lease's own part, so
     a read costs time in its leases, not in their square; a runway beyond the
-    horizon is known from those sums without solving for it. The common case,
-    one denom, goes without sorting, and the notes' text is made only if asked.)
+    horizon is known from those sums without solving for it. Leases of one
+    *shape*, alike in all the rule reads of them (items, last settlement, own
+    tranche: a tenant's leases of one SKU, settled by one tx), are worked out
+    and judged once. The common case, one denom, goes without sorting, and the
+    notes' text is made only if asked.)
 
     The time it holds is 0 when a lease is gone (its numbers grow with the
     time), or when a runway was solved out to the horizon (how far beyond is
@@ -217,114 +220,81 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
             isolated = True
             break
     rule = RESERVATION_RULE if isolated else BALANCE_RULE
-    # Per lease: (lease, its rate per denom, microseconds since its last settlement, its own tranche per denom).
     unattributed = coins_to_dict(account.unattributed_reserved_amounts) if isolated else _NO_COINS
-    table = []
-    # Per denom, over every lease charged in it: what it accrued beyond its own tranche, in
-    # whole seconds now (``taken`` from the others) and on the continuous line at the horizon
-    # (``_runway_us``'s test for a runway beyond it); and each lease's own part of both, by
-    # uuid, for it is not one of its own others however often it is listed.
-    over_now: dict[str, int] = {}
-    over_far: dict[str, int] = {}
-    rate_sum: dict[str, int] = {}  # every lease's rate, per denom: how fast the line can climb at most
-    own_parts: dict[str, dict[str, tuple[int, int]]] = {}
+    # Per shape: [its rate per denom, microseconds since its last settlement, its own tranche
+    # per denom, what one such lease accrued beyond its tranche per denom as (rate, in whole
+    # seconds now, on the continuous line at the horizon), how many are listed].
+    shapes: dict[tuple[Any, ...], list[Any]] = {}
+    table: list[tuple[Lease, list[Any]]] = []  # every listed lease, with its shape
+    listed: dict[str, int] = {}  # how often each lease is listed (it is not one of its own others)
     since: dict[datetime, int] = {}  # a tenant's leases mostly share their last settlement (one tx)
     for lease in tenant_leases:
         settled = lease.last_settled_at
         items = lease.items
-        if len(items) == 1:  # the common lease: one item, so one denom (rate_per_second's answer)
-            price = items[0].locked_price
-            rates = {price.denom: price.amount * items[0].quantity}
-        else:
-            rates = lease.rate_per_second()
-        if settled is None:
-            elapsed = 0
-        else:
-            elapsed = since.get(settled, -1)
-            if elapsed < 0:
-                elapsed = since[settled] = max(0, (now - settled) // _MICROSECOND)
-        own = _own(lease, unattributed) if isolated else _NO_COINS
-        table.append((lease, rates, elapsed, own))
-        parts = own_parts.get(lease.uuid)
-        if parts is None:
-            parts = own_parts[lease.uuid] = {}
-        whole = elapsed // _US
-        for denom, r in rates.items():
-            if r <= 0:
-                continue
-            a = own.get(denom, 0)
-            at_now = r * whole - a
-            if at_now < 0:
-                at_now = 0
-            at_far = r * (elapsed + _HORIZON_US) - a * _US
-            if at_far < 0:
-                at_far = 0
-            over_now[denom] = over_now.get(denom, 0) + at_now
-            over_far[denom] = over_far.get(denom, 0) + at_far
-            rate_sum[denom] = rate_sum.get(denom, 0) + r
-            mine = parts.get(denom)
-            parts[denom] = (at_now, at_far) if mine is None else (mine[0] + at_now, mine[1] + at_far)
+        key: tuple[Any, ...] = (
+            (items, settled, lease.min_lease_duration_at_creation == 0, lease.reservation) if isolated
+            else (items, settled)
+        )
+        shape = shapes.get(key)
+        if shape is None:
+            if len(items) == 1:  # the common lease: one item, so one denom (rate_per_second's answer)
+                price = items[0].locked_price
+                rates = {price.denom: price.amount * items[0].quantity}
+            else:
+                rates = lease.rate_per_second()
+            if settled is None:
+                elapsed = 0
+            else:
+                elapsed = since.get(settled, -1)
+                if elapsed < 0:
+                    elapsed = since[settled] = max(0, (now - settled) // _MICROSECOND)
+            own = _own(lease, unattributed) if isolated else _NO_COINS
+            whole = elapsed // _US
+            over: dict[str, tuple[int, int, int]] = {}
+            for denom, r in rates.items():
+                if r <= 0:
+                    continue
+                a = own.get(denom, 0)
+                over[denom] = (r, max(0, r * whole - a), max(0, r * (elapsed + _HORIZON_US) - a * _US))
+            shape = shapes[key] = [rates, elapsed, own, over, 0]
+        shape[4] += 1
+        table.append((lease, shape))
+        listed[lease.uuid] = listed.get(lease.uuid, 0) + 1
+    # Per denom, over every lease charged in it: what it accrued beyond its own tranche, in
+    # whole seconds now (``taken`` from the others) and on the continuous line at the horizon
+    # (``_runway_us``'s test for a runway beyond it); and every lease's rate (how fast the
+    # line can climb at most).
+    over_now: dict[str, int] = {}
+    over_far: dict[str, int] = {}
+    rate_sum: dict[str, int] = {}
+    for _, _, _, over, n in shapes.values():
+        for denom, (r, at_now, at_far) in over.items():
+            over_now[denom] = over_now.get(denom, 0) + n * at_now
+            over_far[denom] = over_far.get(denom, 0) + n * at_far
+            rate_sum[denom] = rate_sum.get(denom, 0) + n * r
+    twice = len(listed) != len(table)
     out = []
     horizon_at: datetime | None = None
     hold = _HORIZON_US
-    solved: dict[tuple[Any, ...], int] = {}  # runways already solved in this read, by what decides them
-    # How often each lease is listed, where one is listed more than once (its others leave out every copy).
-    listed: dict[str, int] = {}
-    if len(own_parts) != len(table):
-        for lease, _, _, _ in table:
-            listed[lease.uuid] = listed.get(lease.uuid, 0) + 1
-    for lease, rates, elapsed, own in table:
-        if lease.uuid not in ours:
+    # A lease listed once: its verdict is its shape's, judged once per read.
+    judged: dict[int, tuple[tuple[str, ...], list[tuple[Any, ...]], tuple[int, str, tuple[Any, ...]] | None, int]] = {}
+    for lease, shape in table:
+        uuid = lease.uuid
+        if uuid not in ours:
             continue
-        parts = own_parts[lease.uuid]
-        gone: list[str] = []
-        details: list[tuple[Any, ...]] = []
-        soonest: tuple[int, str, tuple[Any, ...]] | None = None  # (us from now, denom, numbers)
-        for denom, rate in (sorted(rates.items()) if len(rates) > 1 else rates.items()):
-            if rate <= 0:
-                continue
-            balance = balances.get(denom, 0)
-            if isolated:
-                tranche = own.get(denom, 0)
-                spendable = balance - (reserved.get(denom, 0) - tranche)
-            else:
-                tranche = 0
-                spendable = balance
-            mine_now, mine_far = parts[denom]
-            taken = over_now[denom] - mine_now
-            accrued = rate * (elapsed // _US)
-            usable = spendable - taken
-            numbers = (isolated, denom, accrued, usable, balance, reserved.get(denom, 0), tranche, taken)
-            if accrued >= usable:
-                gone.append(denom)
-                details.append(numbers + (">=",))
-                hold = 0
-                continue
-            far = rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far
-            if far < 0:
-                wait = _HORIZON_US  # beyond the horizon even on the continuous line: nothing to solve
-                # Every line climbs at its rate at the most: this one stays below zero at the
-                # horizon for as many microseconds as its slack over their sum.
-                held = (-far - 1) // rate_sum[denom]
-            else:
-                # Leases alike in this denom (rate, time since settled, own tranche: a tenant's
-                # leases of one SKU, settled by one tx) have the same others, listed as often:
-                # one runway for all of them.
-                alike = (denom, rate, elapsed, own.get(denom, 0), spendable, listed.get(lease.uuid, 1) if listed else 1)
-                wait = solved.get(alike, -1)
-                if wait < 0:
-                    wait = solved[alike] = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
-                held = wait
-                if held >= _HORIZON_US:
-                    held = 0  # clamped after solving: how far beyond is not known
-            if held < hold:
-                hold = held
-            if soonest is None or wait < soonest[0]:
-                soonest = (wait, denom, numbers + ("<",))
+        alone = not twice or listed[uuid] == 1
+        verdict = judged.get(id(shape)) if alone else None
+        if verdict is None:
+            verdict = _verdict(lease, shape, table, balances, reserved, isolated, over_now, over_far, rate_sum, twice)
+            if alone:
+                judged[id(shape)] = verdict
+        gone, details, soonest, held = verdict
+        if held < hold:
+            hold = held
         if gone:
-            out.append(LeaseCredit(lease.uuid, tuple(gone), now, False, details, rule))
+            out.append(LeaseCredit(uuid, gone, now, False, details, rule))
         elif soonest is None:
-            out.append(LeaseCredit(lease.uuid, (), None, False, "costs nothing", rule))
+            out.append(LeaseCredit(uuid, (), None, False, "costs nothing", rule))
         else:
             wait = soonest[0]
             clamped = wait >= _HORIZON_US
@@ -334,14 +304,73 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
                 at = horizon_at
             else:
                 at = now + timedelta(microseconds=wait)
-            out.append(LeaseCredit(lease.uuid, (), at, clamped, (soonest[2],), rule))
+            out.append(LeaseCredit(uuid, (), at, clamped, (soonest[2],), rule))
     return out, hold
 
 
-def _others(table: list[tuple[Lease, dict[str, int], int, dict[str, int]]], uuid: str, denom: str) -> list[tuple[int, int, int]]:
+def _verdict(
+    lease: Lease, shape: list[Any], table: list[tuple[Lease, list[Any]]], balances: dict[str, int],
+    reserved: dict[str, int], isolated: bool, over_now: dict[str, int], over_far: dict[str, int],
+    rate_sum: dict[str, int], twice: bool,
+) -> tuple[tuple[str, ...], list[tuple[Any, ...]], tuple[int, str, tuple[Any, ...]] | None, int]:
+    """One lease of ours: (its gone denoms, their numbers, its soonest runway as (microseconds from
+    now, denom, numbers) or None, for how long this holds)."""
+    rates, elapsed, own, over, _ = shape
+    if twice:  # its own part is every listing of it, whatever shape each has
+        mine_parts: dict[str, tuple[int, int]] = {}
+        for j, j_shape in table:
+            if j.uuid == lease.uuid:
+                for denom, (_, at_now, at_far) in j_shape[3].items():
+                    m = mine_parts.get(denom, (0, 0))
+                    mine_parts[denom] = (m[0] + at_now, m[1] + at_far)
+    gone: list[str] = []
+    details: list[tuple[Any, ...]] = []
+    soonest: tuple[int, str, tuple[Any, ...]] | None = None
+    hold = _HORIZON_US
+    for denom, rate in (sorted(rates.items()) if len(rates) > 1 else rates.items()):
+        if rate <= 0:
+            continue
+        balance = balances.get(denom, 0)
+        if isolated:
+            tranche = own.get(denom, 0)
+            spendable = balance - (reserved.get(denom, 0) - tranche)
+        else:
+            tranche = 0
+            spendable = balance
+        if twice:
+            mine_now, mine_far = mine_parts[denom]
+        else:
+            _, mine_now, mine_far = over[denom]
+        taken = over_now[denom] - mine_now
+        accrued = rate * (elapsed // _US)
+        usable = spendable - taken
+        numbers = (isolated, denom, accrued, usable, balance, reserved.get(denom, 0), tranche, taken)
+        if accrued >= usable:
+            gone.append(denom)
+            details.append(numbers + (">=",))
+            hold = 0
+            continue
+        far = rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far
+        if far < 0:
+            wait = _HORIZON_US  # beyond the horizon even on the continuous line: nothing to solve
+            # Every line climbs at its rate at the most: this one stays below zero at the
+            # horizon for as many microseconds as its slack over their sum.
+            held = (-far - 1) // rate_sum[denom]
+        else:
+            wait = held = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+            if held >= _HORIZON_US:
+                held = 0  # clamped after solving: how far beyond is not known
+        if held < hold:
+            hold = held
+        if soonest is None or wait < soonest[0]:
+            soonest = (wait, denom, numbers + ("<",))
+    return tuple(gone), details, soonest, hold
+
+
+def _others(table: list[tuple[Lease, list[Any]]], uuid: str, denom: str) -> list[tuple[int, int, int]]:
     """Every other lease charged in ``denom``: (rate, elapsed us, the tranche it pays from first)."""
     out = []
-    for j, j_rates, j_elapsed, j_own in table:
+    for j, (j_rates, j_elapsed, j_own, _, _) in table:
         if j.uuid == uuid:  # (a lease listed twice is still itself)
             continue
         r = j_rates.get(denom, 0)
