@@ -45,6 +45,7 @@ import pykka
 from pykka import messages as pykka_messages
 from pykka._envelope import Envelope  # the envelope type ActorRef.tell puts in inboxes
 
+from runtime.future import PooledFuture
 from runtime.supervision import Supervisor
 
 __all__ = [
@@ -472,7 +473,7 @@ class PooledActor(pykka.Actor):
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
-        return pykka.ThreadingFuture()
+        return PooledFuture()  # a ThreadingFuture without a Condition per ask (runtime.future)
 
     def _start_actor_loop(self) -> None:
         self.dispatcher._runnable(self.actor_inbox)  # type: ignore[arg-type]
