@@ -61,8 +61,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-#: pykka's own logger, for the line ``PooledActor.start`` writes in pykka's stead.
+#: pykka's own logger, for the lines ``PooledActor.start`` writes in pykka's stead.
 _pykka_logger = logging.getLogger("pykka")
+#: The registry ``PooledActor.start`` registers in (its list and lock, as ``register`` does).
+_REGISTRY = pykka.ActorRegistry
 
 #: Sender name for messages sent from outside any actor and outside ``sending_as``.
 EXTERNAL = "external"
@@ -459,14 +461,18 @@ class PooledActor(pykka.Actor):
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
-        """pykka's ``Actor.start``, but for its debug line, which pykka formats whether
-        debug is on or not: a tenth of a monitor's start."""
+        """pykka's ``Actor.start``, but for its debug lines ("Registered", "Starting"), which
+        pykka formats whether debug is on or not: a tenth of a monitor's start."""
         obj = cls(*args, **kwargs)
-        pykka.ActorRegistry.register(obj.actor_ref)
+        ref = obj._actor_ref
+        # ``ActorRegistry.register`` without its f-string: the same list under the same lock.
+        with _REGISTRY._actor_refs_lock:
+            _REGISTRY._actor_refs.append(ref)
         if _pykka_logger.isEnabledFor(logging.DEBUG):
+            _pykka_logger.debug("Registered %s", ref)
             _pykka_logger.debug("Starting %s", obj)
         obj._start_actor_loop()
-        return obj.actor_ref
+        return ref
 
     def _create_actor_inbox(self) -> _Mailbox:  # type: ignore[override]
         return _Mailbox(self, self.dispatcher)

@@ -69,6 +69,7 @@ def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
     ref.stop(block=False)
     d.run_until_idle()
     assert not ref.is_alive()
+    assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None and ref not in pykka.ActorRegistry.get_all()
 
 
 def test_a_mailbox_keeps_order_through_bursts_and_lets_read_mail_go() -> None:
