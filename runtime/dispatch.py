@@ -179,6 +179,16 @@ class _Mailbox:
         self._head = head
         return item  # type: ignore[return-value]
 
+    def open_without_start(self) -> bool:
+        """For an actor with nothing to run before its first message: runnable from its first
+        mail on, not now. False when mail came first (it must be scheduled now)."""
+        with self._lock:
+            self._started = True  # pykka's on_start is a no-op: nothing to set up
+            if len(self._mail) == self._head:
+                self._scheduled = False
+                return True
+        return False
+
     # pykka's ActorInbox protocol --------------------------------------------
     def put(self, envelope: Envelope[Any], /) -> None:
         sender, cause, _ = _context.state
@@ -482,7 +492,13 @@ class PooledActor(pykka.Actor):
         return PooledFuture()  # a ThreadingFuture without a Condition per ask (runtime.future)
 
     def _start_actor_loop(self) -> None:
-        self.dispatcher._runnable(self.actor_inbox)  # type: ignore[arg-type]
+        inbox: _Mailbox = self.actor_inbox  # type: ignore[assignment]
+        # An actor without an on_start of its own (every tenant monitor) would spend its first
+        # run, a trip through the run queue, calling pykka's no-op on_start: it is made runnable
+        # by its first message instead, half the run-queue traffic of starting 10,000 monitors.
+        if type(self).on_start is pykka.Actor.on_start and inbox.open_without_start():
+            return
+        self.dispatcher._runnable(inbox)
 
     def __str__(self) -> str:
         return f"{self.__class__.__name__}({self.address})"
