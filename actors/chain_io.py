@@ -131,6 +131,8 @@ class ChainIO(PooledActor):
         #: returned them: a tenant's credit read asks for the tenant's own leases only where
         #: its account counts others (``_credit``). Replaced whole by each listing.
         self._listed: dict[str, tuple[Lease, ...]] = {}
+        #: the denoms the items of those leases are priced in (what a bulk read of them all lists the holders of)
+        self._listed_denoms: tuple[dict[str, tuple[Lease, ...]], set[str]] = ({}, set())
         #: (lowest, highest) height of that listing's pages; None: no listing with heights yet
         self._listed_at: tuple[int, int] | None = None
         #: What the bulk reads learn and plan on, shared by the read threads (``_state``):
@@ -316,7 +318,10 @@ class ChainIO(PooledActor):
                 if pages <= len(sharing & wanted):  # each tenant it holds saves a call at least
                     providers.append(provider)
                     cost += pages
-            denoms = {item.locked_price.denom for t in tenants for lease in self._listed.get(t, ()) for item in lease.items}
+            listed = self._listed
+            of, denoms = self._listed_denoms
+            if of is not listed or not wanted.issuperset(listed):  # not every tenant listed is read
+                denoms = {item.locked_price.denom for t in tenants for lease in listed.get(t, ()) for item in lease.items}
             cost += sum(page_estimate(rows.get(f"denom:{d}", len(tenants))) for d in denoms)
         return sorted(providers) if cost < len(tenants) else None
 
@@ -327,12 +332,13 @@ class ChainIO(PooledActor):
         except Exception as exc:  # a bug here: every tenant is still read, on its own
             self.dispatcher.supervisor.failed(self.address, m, cause, exc, what="could not read in bulk")
             reads, alone = {}, list(m.tenants)
-        for tenant, read in reads.items():
-            try:
-                with sending_as(CHAIN_IO, cause):
-                    self.router.tell(tenant_address(tenant), read)
-            except Exception as exc:
-                self.dispatcher.supervisor.failed(self.address, m, cause, exc, what="could not send the answer to")
+        tell = self.router.tell
+        with sending_as(CHAIN_IO, cause):  # one context for the lot: 10,000 answers a check
+            for tenant, read in reads.items():
+                try:
+                    tell(tenant_address(tenant), read)
+                except Exception as exc:
+                    self.dispatcher.supervisor.failed(self.address, m, cause, exc, what="could not send the answer to")
         for tenant in alone:
             self._submit(self.reads, self._credit, CreditCall(m.cycle, tenant), cause)
 
@@ -369,15 +375,21 @@ class ChainIO(PooledActor):
         with self._state:
             self._rows["accounts"] = len(accounts.accounts)
             kinds, shown = dict(self._kinds), dict(self._shown)
-        by_tenant = {a.tenant: a for a in accounts.accounts if a.tenant in wanted}
-        parts: dict[str, tuple[CreditAccount | None, tuple[Lease, ...]]] = {}
+        by_tenant = {a.tenant: a for a in accounts.accounts}  # looked up for ``tenants`` only
+        # tenant -> (account, leases, the denoms its own read would show: None unless it counts them all)
+        parts: dict[str, tuple[CreditAccount | None, tuple[Lease, ...], set[str] | None]] = {}
         denoms: set[str] = set()
         for tenant in tenants:
             account = by_tenant.get(tenant)
-            leases = ours.get(tenant, ()) + tuple(theirs.get(tenant, ()))
-            parts[tenant] = (account, leases)
+            leases = ours.get(tenant, ())
+            other = theirs.get(tenant)
+            if other:
+                leases += tuple(other)
+            relevant = None
             if account is not None and account.active_lease_count == len(leases):
-                denoms |= relevant_denoms(account, leases, shown.get(tenant, ()))
+                relevant = relevant_denoms(account, leases, shown.get(tenant, ()))
+                denoms |= relevant
+            parts[tenant] = (account, leases, relevant)
         holders: list[HolderListing] = []
         for denom in sorted(denoms):
             owners, error = _attempt("denom_owners", lambda: self.client.denom_owners(denom))
@@ -395,14 +407,14 @@ class ChainIO(PooledActor):
         balances = {h.denom: dict(h.balances) for h in holders}
         reads: dict[str, CreditRead] = {}
         alone: list[str] = []
-        for tenant, (account, leases) in parts.items():
+        cycle = m.cycle
+        for tenant, (account, leases, relevant) in parts.items():
             kind = kinds.get(account.credit_address) if account is not None else None
-            got = compose(account, leases, balances, kind, shown.get(tenant, ()))
-            if isinstance(got, CreditAccount):
-                got = msgspec.structs.replace(got, height=height)
-                reads[tenant] = CreditRead(m.cycle, got, leases=leases, leases_listed=True, height=height)
-            else:
+            got = compose(account, leases, balances, kind, shown.get(tenant, ()), denoms=relevant, height=height)
+            if type(got) is str:
                 alone.append(tenant)
+            else:
+                reads[tenant] = CreditRead(cycle, got, leases=leases, leases_listed=True, height=height)
         return reads, alone
 
     def _active_leases(self, m: ActiveLeasesCall) -> tuple[str, Any]:
@@ -412,8 +424,15 @@ class ChainIO(PooledActor):
             by_tenant: dict[str, list[Lease]] = {}
             for lease in leases:
                 if lease.state == "ACTIVE":
-                    by_tenant.setdefault(lease.tenant, []).append(lease)
-            self._listed = {t: tuple(ls) for t, ls in by_tenant.items()}
+                    tenant = lease.tenant
+                    if tenant in by_tenant:
+                        by_tenant[tenant].append(lease)
+                    else:
+                        by_tenant[tenant] = [lease]
+            listed = {t: tuple(ls) for t, ls in by_tenant.items()}
+            # Made with the listing and kept beside it: the read pool replaces them while chain-io plans.
+            self._listed_denoms = (listed, {item.locked_price.denom for ls in listed.values() for lease in ls for item in lease.items})
+            self._listed = listed
             # Its heights order it before the bulk reads' other parts (actors.credit_bulk).
             self._listed_at = (listing.height, listing.top_height) if listing.height else None
         return m.reply_to, ActiveLeasesRead(m.cycle, leases, error)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import pykka
+from pykka._envelope import Envelope  # what ActorRef.tell puts in an inbox (as runtime.dispatch uses it)
 
 from runtime.clock import Clock, TimerHandle
 from runtime.dispatch import actor_kind, current_sender, sending_as
@@ -75,11 +76,12 @@ class Router:
             self.dead_letters += 1
             logger.debug("no actor at %s for %s", address, type(message).__name__)
             return False
-        try:
-            ref.tell(message)
-        except pykka.ActorDeadError:
+        # ``ActorRef.tell``, inline: the same test of the actor's stopped flag and the same
+        # envelope in its inbox, without two calls per message (three a tenant a check).
+        if ref.actor_stopped.is_set():
             self.dead_letters += 1
             return False
+        ref.actor_inbox.put(Envelope(message))
         return True
 
     def tell_at(self, clock: Clock, when: datetime, address: str, message: Any) -> TimerHandle:

@@ -173,7 +173,7 @@ class Sidecar:
         if isinstance(self.dispatcher, ManualDispatcher):
             self.settle()
             return done()
-        return _wait_until(done, timeout)
+        return self.scheduler.actor_inbox.actor.wait_until(done, timeout)  # woken as a cycle starts or ends
 
     def start(self) -> None:
         self._tell(SCHEDULER, StartSchedule())

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from actors.chain_io import ChainIO, InlineExecutor
-from actors.credit_bulk import compose, in_order
+from actors.credit_bulk import compose, in_order, relevant_denoms
 from actors.shell import start_actor
 from chain.client import AccountListing, HolderListing, Listing
 from chain.model_client import ModelChainClient
@@ -185,6 +185,19 @@ def test_compose_takes_the_balances_of_every_denom_the_tenants_own_read_shows() 
     isolated = msgspec.structs.replace(LEASE, reservation=())
     assert isinstance(compose(account, (isolated,), holders, None), str)  # current chain, kind unknown
     assert isinstance(compose(account, (isolated,), holders, "base"), CreditAccount)
+
+
+def test_compose_with_the_denoms_its_caller_found_and_a_height_is_compose_at_that_height() -> None:
+    account = CreditAccount("t", (), active_lease_count=1, credit_address="c", reserved_amounts=(Coin("umfx", 5),))
+    holders = {"umfx": {"c": 100}, "upwr": {"c": 7}}
+    denoms = relevant_denoms(account, (LEASE,), ("upwr",))
+    assert denoms == {"umfx", "upwr"}
+    got = compose(account, (LEASE,), holders, None, ("upwr",), denoms=denoms, height=42)
+    assert got == msgspec.structs.replace(compose(account, (LEASE,), holders, None, ("upwr",)), height=42)
+    assert got.balances == (Coin("umfx", 100), Coin("upwr", 7)) and got.height == 42
+    # A lease listed twice is not two leases: its account's count of two does not match.
+    twice = msgspec.structs.replace(account, active_lease_count=2)
+    assert isinstance(compose(twice, (LEASE, LEASE), holders, None, denoms={"umfx"}), str)
 
 
 def test_a_tenant_whose_reads_always_fail_fails_in_bulk_too_and_is_never_judged_on_a_listing() -> None:

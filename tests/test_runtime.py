@@ -10,7 +10,7 @@ import pykka
 import pytest
 
 from runtime.clock import ManualClock, RealClock, utc
-from runtime.dispatch import Delivery, ManualDispatcher, PooledActor, ThreadedDispatcher, sending_as
+from runtime.dispatch import Delivery, Dispatcher, ManualDispatcher, PooledActor, ThreadedDispatcher, sending_as
 from runtime.router import Router
 from tests.support import probe
 
@@ -69,6 +69,7 @@ def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
     ref.stop(block=False)
     d.run_until_idle()
     assert not ref.is_alive()
+    assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None and ref not in pykka.ActorRegistry.get_all()
 
 
 def test_a_mailbox_keeps_order_through_bursts_and_lets_read_mail_go() -> None:
@@ -203,3 +204,38 @@ def test_an_exception_in_a_told_message_is_counted_and_the_actor_goes_on() -> No
         d.run_until_idle()
         future.get(timeout=0)
     assert d.failures == {"tenant": 2}
+
+
+class Starting(PooledActor):
+    def __init__(self, dispatcher: Dispatcher, address: str) -> None:
+        super().__init__(dispatcher, address)
+        self.log: list[Any] = []
+
+    def on_start(self) -> None:
+        self.log.append("start")
+
+    def on_receive(self, message: Any) -> Any:
+        self.log.append(message)
+
+
+def test_an_actor_without_on_start_is_runnable_from_its_first_message_and_one_with_it_at_once() -> None:
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    plain = Counter.start(d, "plain")
+    starting = Starting.start(d, "starting")
+    assert list(d._runq) == [starting.actor_inbox]  # nothing to run for the plain one yet
+    assert d.run_until_idle() == 0
+    assert starting.actor_inbox.actor.log == ["start"]  # on_start ran, no message needed
+    plain.tell(1)
+    starting.tell(2)
+    assert d.run_until_idle() == 2
+    assert plain.actor_inbox.actor.handled == [1] and starting.actor_inbox.actor.log == ["start", 2]
+    # Mail before the start finished (a ref found in the registry): the actor is scheduled for it.
+    early = Counter(d, "early")
+    early.actor_ref.tell("first")
+    early._start_actor_loop()
+    assert d.run_until_idle() == 1 and early.handled == ["first"]
+    for ref in (plain, starting):
+        ref.stop(block=False)
+    d.run_until_idle()
+    assert not plain.is_alive() and not starting.is_alive()

@@ -271,3 +271,29 @@ def test_chain_errors_are_classified() -> None:
     assert ChainError("x", codespace="sdk", code=32).transient
     assert not ChainError.billing(3, "not active").transient
     assert ChainError.transport("timeout", may_have_committed=True).failure("withdraw").may_have_committed
+
+
+def test_waiting_for_a_cycle_on_the_threaded_runtime_returns_when_it_ends_and_times_out_on_none() -> None:
+    """``wait_cycles_after`` sleeps on the scheduler's notification, not on a poll: it must still see
+    the cycle end (and say False when none comes within its timeout)."""
+    clock = RealClock()
+    dispatcher = ThreadedDispatcher(clock.now, workers=2)
+    model = chain_model(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    for i in range(3):
+        model.fund_credit(addr(f"t{i}"), [Coin("umfx", 10**9)])
+        model.create_lease(addr(f"t{i}"), PROVIDER, [item(1)])
+    client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
+    sidecar = Sidecar(clock=clock, dispatcher=dispatcher, client=client, settings=settings(), provider_uuid=PROVIDER)
+    try:
+        core = sidecar.scheduler_core
+        assert not sidecar.wait_cycles_after(0, timeout=0.05)  # no cycle asked for: none ends
+        for n in range(3):
+            sidecar.reconcile("test")
+            assert sidecar.wait_cycles_after(n, timeout=30)
+            assert core.cycles_started == n + 1 and core.cycle is None
+        assert sidecar.tenant_count() == 3
+    finally:
+        sidecar.stop(timeout=5)
+        dispatcher.shutdown()
+        clock.close()
