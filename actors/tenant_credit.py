@@ -149,8 +149,9 @@ class TenantCredit:
         self._reference: SpendReference | None = None
         #: the last read fell too far and was taken as failed: the next that falls as far is believed
         self._doubted = False
-        #: the credit rule, keeping the last read's verdicts while the same read would get them again
-        self._judge = CreditJudge()
+        #: the credit rule, keeping the last read's verdicts while the same read would get them again;
+        #: made at the first read (10,000 monitors start at once, and are read later)
+        self._judge: CreditJudge | None = None
         #: the balances of the last read as the chain listed them: the same list again (every
         #: read between two settlements) keeps ``last_balances`` the very same dict
         self._read_coins: tuple[Coin, ...] | None = None
@@ -372,7 +373,10 @@ class TenantCredit:
 
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
-        verdicts = self._judge(message.account, message.leases, self.leases, now)
+        judge = self._judge
+        if judge is None:
+            judge = self._judge = CreditJudge()
+        verdicts = judge(message.account, message.leases, self.leases, now)
         gone = [v for v in verdicts if v.gone]
         if message.leases_listed and (self.zero_since is not None or self.closing or gone):
             # Leases from the provider's listing, read before the account: good for
