@@ -112,7 +112,7 @@ class TenantCredit:
 
     __slots__ = (
         "tenant", "settings", "leases", "last_balances", "last_sample_at", "consecutive_errs", "zero_since",
-        "depletion_at", "recheck_at", "closing", "_closing_cycle", "_saved", "_saved_key", "_charged",
+        "depletion_at", "recheck_at", "closing", "_closing_cycle", "_saved_key", "_charged",
         "_restored_charged", "_clamped", "_sorted", "_lease_changes", "read_height", "_reference", "_doubted",
         "_judge", "_read_coins", "_listed",
     )
@@ -132,7 +132,6 @@ class TenantCredit:
         self.closing: tuple[str, ...] = ()
         #: the check cycle ``closing`` was asked for in
         self._closing_cycle: int | None = None
-        self._saved: TenantSnapshot | None = None
         self._saved_key: tuple[Any, ...] | None = None
         self._charged: set[str] | None = None  # denoms our leases are charged in; None: recompute
         #: charged denoms as persisted, for leases whose details a restart lost
@@ -204,7 +203,6 @@ class TenantCredit:
         # forget it as pending; the next check sees the chain's truth and,
         # with the window kept, closes at once if the leases are still active.
         self.closing = ()
-        self._saved = self.snapshot()
 
     # -- messages -----------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
@@ -298,10 +296,8 @@ class TenantCredit:
         if key == self._saved_key:
             return
         self._saved_key = key
-        snap = self.snapshot()
-        self._saved = snap
         if self.leases:
-            out.append(Send(LEDGER, TenantStateChanged(snap)))
+            out.append(Send(LEDGER, TenantStateChanged(self.snapshot())))
         else:
             out.append(Send(LEDGER, TenantForgotten(self.tenant)))
 
