@@ -58,7 +58,7 @@ from typing import Collection, Iterable, Mapping
 
 from chain.client import AccountListing, HolderListing, Listing
 from messages.chain import CreditAccount, Lease
-from messages.coins import Coin, coins, coins_to_dict
+from messages.coins import coins, coins_to_dict
 
 __all__ = ["in_order", "relevant_denoms", "isolated", "compose", "PLAIN_ACCOUNT", "page_estimate", "BULK_ROWS"]
 
@@ -67,15 +67,6 @@ PLAIN_ACCOUNT = "base"
 
 #: Rows a bulk page asks for (``chain.cosmpy_client.BULK_PAGE_LIMIT``): the estimate of a part not read yet.
 BULK_ROWS = 1000
-
-
-def _coin_list(amounts: dict[str, int]) -> tuple[Coin, ...]:
-    """``coins(amounts)`` for amounts that are all above zero, as a composed account's are; one
-    denom (nearly every tenant's) without its general path: twice per tenant of a bulk read."""
-    if len(amounts) == 1:
-        for denom, amount in amounts.items():
-            return (Coin(denom, amount),)
-    return coins(amounts)
 
 
 def page_estimate(rows: int, page: int = BULK_ROWS) -> int:
@@ -167,13 +158,13 @@ def compose(
     available = {d: a - reserved.get(d, 0) for d, a in balances.items() if a > reserved.get(d, 0)}
     return CreditAccount(
         tenant=account.tenant,
-        balances=_coin_list(balances),
+        balances=coins(balances),
         active_lease_count=account.active_lease_count,
         pending_lease_count=account.pending_lease_count,
         credit_address=address,
         reserved_amounts=reserved_amounts,
         unattributed_reserved_amounts=account.unattributed_reserved_amounts,
         unattributed_lease_count=account.unattributed_lease_count,
-        available_balances=_coin_list(available),
+        available_balances=coins(available),
         height=height,
     )
