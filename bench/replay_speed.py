@@ -28,12 +28,18 @@ its median round are printed:
    its bookkeeping (feeding inputs, holding decisions) and the comparison;
 6. replay for one tenant (``run.py replay --tenant``): the whole capture
    read, but only that tenant's monitor, the scheduler and the chain actor
-   replayed: what an operator looking into one tenant waits for.
+   replayed: what an operator looking into one tenant waits for;
+7. the replay (4) in two worker processes (``--jobs 2``, what ``run.py
+   replay`` does by default on a machine of two cores for logs of 16 MiB
+   or more: ``replay.parallel``), timed on the wall clock against (4) timed
+   the same way in the same round, since its work is done in the workers;
+   its events must be the one process's.
 
 It then prints the cost of a record stage by stage: decode (the reader),
 dispatch (the cores), the replay's bookkeeping, the comparison.
 
-Target (issues 5 and 16): replay >= 100,000 records/s, judged on the best round.
+Target (issues 5 and 16): replay >= 100,000 records/s, judged on the best round
+(of the one process, in CPU time; of the two workers, on the wall clock).
 It prints each rate, its cost per record and its ratio to the baseline
 (best to best, median to median), the replay machinery's own
 share (replay minus reader minus cores), and checks the replay found no
@@ -70,6 +76,7 @@ from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses
 from replay.config import replay_config  # noqa: E402
 from replay import engine  # noqa: E402
 from replay.engine import Divergence, Replayer, _collect_less, is_replayed, replayed_for  # noqa: E402
+from replay.parallel import ParallelReplayer  # noqa: E402
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ManualDispatcher  # noqa: E402
@@ -136,16 +143,18 @@ def bodies(paths: list[str]) -> list[bytes]:
     return out
 
 
-def rounds(stages: dict) -> dict:
-    """The CPU times of each stage over ``REPEATS`` rounds of all of them."""
+def rounds(stages: dict) -> tuple[dict, dict]:
+    """The CPU times and the wall times of each stage over ``REPEATS`` rounds of all of them."""
     times: dict = {name: [] for name in stages}
+    walls: dict = {name: [] for name in stages}
     for _ in range(REPEATS):
         for name, fn in stages.items():
             with _collect_less():
-                t = time.process_time()
+                t, w = time.process_time(), time.perf_counter()
                 fn()
                 times[name].append(time.process_time() - t)
-    return times
+                walls[name].append(time.perf_counter() - w)
+    return times, walls
 
 
 def main() -> int:
@@ -202,9 +211,21 @@ def main() -> int:
             finally:
                 engine._same = same
 
+        one_process: list = []
+        in_workers: list = []
+
         def replay() -> None:
             divergences.clear()
+            one_process.clear()
             for event in Replayer(build_core).replay(CaptureReader(paths, file_parts=True)):
+                one_process.append(event)
+                if isinstance(event, Divergence):
+                    divergences.append(event)
+
+        def replay_in_workers() -> None:
+            in_workers.clear()
+            for event in ParallelReplayer(paths, 2, build_core).replay():
+                in_workers.append(event)
                 if isinstance(event, Divergence):
                     divergences.append(event)
 
@@ -218,7 +239,10 @@ def main() -> int:
         stages = {"msgpack alone (baseline)": baseline, "reader": reader, "replay": replay, "cores alone": cores_alone,
                   "replay of read records": replay_read, "  the same, uncompared": replay_read_uncompared,
                   f"replay --tenant (1 of {TENANTS})": replay_one_tenant}
-        times = rounds(stages)
+        parallel = {"replay in 2 workers (wall)": replay_in_workers}
+        times, walls = rounds({**stages, **parallel})
+        for name in parallel:
+            del times[name]
         cost = {name: min(ts) / n for name, ts in times.items()}
         median = {name: statistics.median(ts) / n for name, ts in times.items()}
         base, base_median = cost["msgpack alone (baseline)"], median["msgpack alone (baseline)"]
@@ -237,9 +261,16 @@ def main() -> int:
         print(f"per record: decode (reader) {decode * 1e6:.1f} us + dispatch (cores) {dispatch * 1e6:.1f} us + "
               f"the replay's own bookkeeping {books * 1e6:.1f} us + comparison {compare * 1e6:.1f} us "
               f"= {(decode + dispatch + books + compare) * 1e6:.1f} us; the replay took {cost['replay'] * 1e6:.1f} us")
-        verdict = "meets" if 1 / cost["replay"] >= TARGET else "MISSES"
-        print(f"replay {verdict} the target of {TARGET:,} records/s; divergences: {len(divergences)}")
-        return 0 if not divergences else 1
+        serial, workers = walls["replay"], walls["replay in 2 workers (wall)"]
+        ratio = statistics.median(s / w for s, w in zip(serial, workers))
+        print(f"replay in 2 workers, wall: {n / min(workers):,.0f} records/s best, {n / statistics.median(workers):,.0f} "
+              f"median; the one-process replay on the wall clock in the same rounds {n / min(serial):,.0f} best, "
+              f"{n / statistics.median(serial):,.0f} median: {ratio:.2f}x as fast (median of the rounds' ratios); "
+              f"the workers' events {'are' if in_workers == one_process else 'ARE NOT'} the one process's")
+        best = max(1 / cost["replay"], n / min(workers))
+        verdict = "meets" if best >= TARGET else "MISSES"
+        print(f"replay {verdict} the target of {TARGET:,} records/s (best: {best:,.0f}); divergences: {len(divergences)}")
+        return 0 if not divergences and in_workers == one_process else 1
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -33,6 +33,11 @@ class CaptureError(Exception):
         self.offset = offset
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
+        # Rebuilt from its parts (a replay worker process sends it to the one that reports it):
+        # the default would call the class with the formatted message alone.
+        return (type(self), (self.path, self.offset, self.reason))
+
 
 class NotACapture(CaptureError):
     """The file does not start with the capture file header."""

@@ -32,7 +32,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterable
 
 from capture.errors import CaptureError
 from capture.format import FILE_SUFFIX
@@ -40,6 +40,7 @@ from capture.reader import CaptureReader, capture_files
 from replay import describe
 from replay.config import merge_overrides
 from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
+from replay.parallel import PARALLEL_FROM_BYTES, ParallelReplayer, jobs_for
 from runtime.cli import error_line
 from runtime.config import Config, ConfigError, parse_duration
 
@@ -47,6 +48,9 @@ __all__ = ["add_command", "run_replay", "EXIT_DIVERGED", "EXIT_BAD_LOGS"]
 
 EXIT_DIVERGED = 1
 EXIT_BAD_LOGS = 2
+
+#: More replay workers than this is a typing mistake (each reads every record).
+MAX_JOBS = 64
 
 #: The progress bar appears only after this long (short replays stay quiet)
 #: and redraws at most this often.
@@ -72,6 +76,16 @@ def _duration(text: str) -> Any:
 
 class _NoCapture(Exception):
     """A LOG that names nothing to replay."""
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"--jobs must be a whole number from 1 to {MAX_JOBS}, not {text!r}")
+    return n
 
 
 def _check_logs(logs: list[str]) -> None:
@@ -116,6 +130,11 @@ def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argpar
                    help="replay with a setting changed (e.g. scheduler.credit_check_error_threshold=2); repeatable")
     p.add_argument("--with-config", metavar="PATH",
                    help="replay with this configuration file instead of the captured configuration")
+    p.add_argument("--jobs", type=_jobs, metavar="N",
+                   help="replay in N worker processes, the decision cores split between them; the output is the "
+                        "same whatever N (default: 2 on a machine with two cores or more, for logs of "
+                        f"{PARALLEL_FROM_BYTES // 2**20} MiB or more; 1 replays in this process). --tenant, --until "
+                        "and --step replay in this process")
     p.add_argument("--timer-slack", type=_duration, metavar="DURATION",
                    help="how late a captured timer may fire and still match (default: 0 on a manual clock, "
                         "2 s of real time on a real one)")
@@ -126,10 +145,11 @@ def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argpar
 class _Progress:
     """A progress bar on stderr, only when stderr is a terminal and the replay is long."""
 
-    def __init__(self, stream: IO[str], reader: CaptureReader, enabled: bool) -> None:
+    def __init__(self, stream: IO[str], reader: Any, enabled: bool) -> None:
+        """``reader``: what tells ``bytes_done`` of ``total_bytes`` (a ``CaptureReader``, a ``ParallelReplayer``)."""
         self.stream = stream
         self.reader = reader
-        self.enabled = enabled and reader.total_bytes > 0 and _isatty(stream)
+        self.enabled = enabled and _isatty(stream)
         self.started = time.monotonic()
         self.last = 0.0
         self.shown = False
@@ -138,7 +158,7 @@ class _Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.started < PROGRESS_AFTER_S or now - self.last < PROGRESS_EVERY_S:
+        if now - self.started < PROGRESS_AFTER_S or now - self.last < PROGRESS_EVERY_S or self.reader.total_bytes <= 0:
             return
         self.last = now
         frac = min(1.0, self.reader.bytes_done / self.reader.total_bytes)
@@ -262,7 +282,14 @@ def run_replay(
         stderr.write(error_line(exc) + "\n")
         return EXIT_BAD_LOGS
     out = _Json(stdout) if args.json else _Text(stdout)
-    replayer = Replayer(
+    in_process = [flag for flag, given in (("--tenant", args.tenant), ("--until", args.until), ("--step", args.step))
+                  if given]
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and jobs > 1 and in_process:
+        stderr.write(error_line(f"--jobs {jobs}: {' and '.join(in_process)} replay in this process; leave --jobs out")
+                     + "\n")
+        return EXIT_BAD_LOGS
+    replayer: Replayer | ParallelReplayer = Replayer(
         build_core, config=config, overrides=overrides, until=args.until, timer_slack=args.timer_slack,
         replayed=replayed_for(args.tenant) if args.tenant else is_replayed,
     )
@@ -273,9 +300,21 @@ def run_replay(
     stepping = args.step
     try:
         reader = CaptureReader(args.logs, skip_bad=args.skip_bad, file_parts=True)
-        progress = _Progress(stderr, reader, enabled=not args.step)
+        if jobs is None:
+            jobs = 1 if in_process else jobs_for(reader.total_bytes)
+        events: Iterable[Any]
+        if jobs > 1:
+            replayer = ParallelReplayer(
+                args.logs, jobs, build_core, config=config, overrides=overrides, timer_slack=args.timer_slack,
+                skip_bad=args.skip_bad,
+            )
+            events = replayer.replay()
+            progress = _Progress(stderr, replayer, enabled=True)
+        else:
+            events = replayer.replay(reader)
+            progress = _Progress(stderr, reader, enabled=not args.step)
         n = 0
-        for event in replayer.replay(reader):
+        for event in events:
             n += 1
             if n & 255 == 0:
                 progress.tick(replayer.records)
@@ -301,7 +340,7 @@ def run_replay(
         error = str(exc)
     except (ReplayError, ConfigError) as exc:
         error = str(exc)
-    skipped = reader.skipped if reader is not None else None
+    skipped = replayer.skipped if isinstance(replayer, ParallelReplayer) else reader.skipped if reader is not None else None
     bad = bool(skipped and skipped.total) or error is not None
     summary = {
         "runs": replayer.runs,

@@ -452,6 +452,9 @@ class _Run:
         self.absent: set[str] = set()
         #: timeline lines of the deliveries handled since the replayer last took them
         self.out: list[Any] = []
+        #: for each of ``out``, the position in its frame of the record that led to it (only when the
+        #: replayer tells positions: ``Replayer.replay_positioned``)
+        self.marks: list[int] | None = [] if replayer._positioned else None
 
     # -- inputs of replayed cores (a bitmap: a run can hold millions; _feed marks them) ---
     def _was_input(self, seq: int) -> bool:
@@ -512,6 +515,9 @@ class _Run:
         replayed_of = r._replayed
         was_input = self._was_input
         materialize = r._materialize
+        out = self.out
+        marks = self.marks
+        checking = r._nobodys if r.checks_others is not None else None
         last = self.last_at
         cut = self.cut
         counted = 0
@@ -548,10 +554,14 @@ class _Run:
                     fed = replayed_of(recipient)
                 if start >= 0:
                     index = start + i
-                if (decision or fed) and type(message) is Raw:
-                    rec = materialize(rec, path, offset, index)
-                    if rec is None:
-                        continue  # bad, and skipped (--skip-bad), as a whole read skips it
+                if type(message) is Raw:
+                    if decision or fed:
+                        rec = materialize(rec, path, offset, index)
+                        if rec is None:
+                            continue  # bad, and skipped (--skip-bad), as a whole read skips it
+                    elif checking is not None and checking(sender, recipient):
+                        if materialize(rec, path, offset, index) is None:
+                            continue  # decoded to be checked only
                 counted += 1
                 if last is None or at > last:
                     last = at
@@ -568,6 +578,8 @@ class _Run:
                         self.cut = cut = True
                     else:
                         self._feed(rec, path, offset, index)
+                        if marks is not None and len(out) > len(marks):
+                            marks.extend([i] * (len(out) - len(marks)))
                 if cut and self.pending_immediate <= 0:
                     stop = True  # past --until, every decision before it accounted for
                     break
@@ -591,10 +603,20 @@ class _Run:
         columns = list(zip(*records))
         senders, recipients = columns[2], columns[3]
         known = self._known
-        for address in set(senders).union(recipients).difference(known):
-            self.r._replayed(address)
+        r = self.r
+        addresses = set(senders).union(recipients)
+        for address in addresses.difference(known):
+            r._replayed(address)
         taken = itertools.compress(itertools.count(), map(operator.or_, map(known.__getitem__, senders),
                                                          map(known.__getitem__, recipients)))
+        if r.checks_others is not None:
+            anyone = r._anyone
+            for address in addresses.difference(anyone):
+                anyone[address] = r.checks_others(address)
+            others = list(itertools.compress(itertools.count(), map(operator.not_, map(
+                operator.or_, map(anyone.__getitem__, senders), map(anyone.__getitem__, recipients)))))
+            if others:
+                return sorted({*taken, *others, *(i for i, s in enumerate(senders) if s == CLOCK)}), columns
         if CLOCK not in senders:
             return list(taken), columns
         return sorted({*taken, *(i for i, s in enumerate(senders) if s == CLOCK)}), columns
@@ -937,6 +959,7 @@ class Replayer:
         timer_slack: timedelta | None = None,
         replayed: Callable[[str], bool] = is_replayed,
         lazy: bool | None = None,
+        checks_others: Callable[[str], bool] | None = None,
     ) -> None:
         self._build_core = build_core or default_build_core
         #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
@@ -945,6 +968,13 @@ class Replayer:
         #: Pass over the records no replayed core takes or makes a frame at a time, in C (``_Run._taken``):
         #: when only some cores are replayed, most records are such.
         self.skips = replayed is not is_replayed
+        #: A lazy replay also decodes the records of which neither address is one of these (the
+        #: cores of every replay there is), only so that a bad one stops it where a whole read would:
+        #: one worker of a parallel replay does, so that every record is decoded by one
+        #: (``replay.parallel``).
+        self.checks_others = checks_others
+        #: address -> ``checks_others(address)``
+        self._anyone: dict[str, bool] = {}
         self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
         self.overrides = overrides or {}
@@ -961,12 +991,26 @@ class Replayer:
         self.stopped_early = False
         #: the run being replayed (for the error path of ``_replay``)
         self._current: _Run | None = None
+        #: where in the records the event being yielded comes from: (frame, record in it), the
+        #: frames counted from 1 as they come (``replay_positioned``)
+        self._positioned = False
+        self._frame = 0
+        self._where: tuple[int, int] = (0, -1)
 
     def _replayed(self, address: str) -> bool:
         known = self._replayed_cache.get(address)
         if known is None:
             known = self._replayed_cache[address] = self._replayed_fn(address)
         return known
+
+    def _nobodys(self, sender: str, recipient: str) -> bool:
+        """Whether none of ``checks_others`` takes or makes a record from ``sender`` to ``recipient``
+        (a timer counts as its recipient's: the clock is no core)."""
+        anyone = self._anyone
+        for address in (sender, recipient):
+            if anyone.get(address) is None:
+                anyone[address] = self.checks_others(address)  # type: ignore[misc]
+        return not anyone[sender] and not anyone[recipient]
 
     def _slack(self, start: RunStart | None) -> timedelta:
         if self.timer_slack is not None:
@@ -1031,6 +1075,21 @@ class Replayer:
         with _collect_less():
             yield from self._replay(entries)
 
+    def replay_positioned(self, entries: Iterable[Entry]) -> Iterator[tuple[tuple[int, int], Any]]:
+        """``replay``'s events, each with where it comes from: (frame, record).
+
+        Frames are counted from 1 as the records come; the record is its
+        position in the frame (-1: before the frame's deliveries, where a
+        run begins). Replays of the same records with different cores
+        (``replay.parallel``) number the same frames alike, so their events
+        merge into the order one replay of every core yields them. A run's
+        beginning and end fall at the same position in each (they come from
+        the records, not the cores).
+        """
+        self._positioned = True
+        for event in self.replay(entries):
+            yield self._where, event
+
     def _replay(self, entries: Iterable[Entry]) -> Iterator[Any]:
         self._current = None
         try:
@@ -1038,6 +1097,7 @@ class Replayer:
         except CaptureError:
             # A bad record stops the replay: what the run showed up to it is
             # still reported (its divergences, its counts), then the error.
+            self._where = (self._frame + 1, -1)
             if self._current is not None:
                 yield from self._end_run(self._current)
             raise
@@ -1060,11 +1120,14 @@ class Replayer:
         #: a run's first file, whose start record should come next (--skip-bad may have skipped it)
         first_part: Entry | None = None
         self._materialize = getattr(entries, "materialize", _decoded_already)
+        self._frame = 0
         for path, offset, records, start in _batches(entries, self.lazy):
+            self._frame = frame = self._frame + 1
             if not records:
                 continue
             t = type(records[0])
             if t is DeliveryRecord or t is OpaqueDelivery:  # a frame of deliveries (a header comes alone)
+                self._where = (frame, -1)
                 rec = records[0]
                 if first_part is not None:
                     # Its start record was skipped: the run begins from its file header.
@@ -1075,13 +1138,21 @@ class Replayer:
                 stop = run.deliveries(records, path, offset, start)
                 if run.out:
                     out, run.out = run.out, []
-                    yield from out
+                    if run.marks is None:
+                        yield from out
+                    else:
+                        marks, run.marks = run.marks, []
+                        marks.extend([len(records)] * (len(out) - len(marks)))  # none: each is a fed record's
+                        for i, step in zip(marks, out):
+                            self._where = (frame, i)
+                            yield step
                 if stop:
                     self.stopped_early = True
                     break
                 continue
             index = start
-            for rec in records:
+            for j, rec in enumerate(records):
+                self._where = (frame, j)
                 t = type(rec)
                 if t is RunStart:
                     first_part = None
@@ -1109,6 +1180,7 @@ class Replayer:
                         run = None
                 if index >= 0:
                     index += 1
+        self._where = (self._frame + 1, -1)
         if run is not None:
             yield from self._end_run(run)
 

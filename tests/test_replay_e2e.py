@@ -34,6 +34,7 @@ from messages.credit import CreditReadFailed
 from messages.scheduler import Reconcile
 from replay.cli import run_replay
 from replay.engine import Divergence, Replayer, RunEnds
+from replay.parallel import owner
 from runtime.clock import ManualClock, utc
 from runtime.config import load_config
 from runtime.dispatch import ManualDispatcher
@@ -245,3 +246,15 @@ def test_a_replay_for_one_tenant_shows_what_the_whole_replay_shows_of_it(capture
     assert focused_status == status == (1 if changes else 0)
     assert any(x["type"] == "divergence" for x in expected) == bool(changes)
     assert focused_lines[-1]["inputs"] < whole_lines[-1]["inputs"]  # the other monitors were not replayed
+
+
+@pytest.mark.parametrize("changes", [[], ["scheduler.credit_check_error_threshold=2"]])
+def test_a_replay_in_worker_processes_prints_what_one_process_prints(capture, changes):
+    """``--jobs``: the cores split between processes (``replay.parallel``), the same bytes out."""
+    paths, _ = capture
+    monitors = {owner(f"tenant/{addr(t)}", 2) for t in ("healthy", "flaky", "drain")}
+    assert monitors == {0, 1}  # each worker replays some of the monitors
+    one = _cli(paths, json=True, set=changes, jobs=1)
+    assert one[0] == (1 if changes else 0)
+    assert _cli(paths, json=True, set=changes, jobs=2) == one
+    assert _cli(paths, json=True, set=changes, jobs=3) == one

@@ -1,0 +1,234 @@
+"""A replay in worker processes (``replay.parallel``) yields what one replay in this process yields.
+
+On the replay engine's toy system (``tests.test_replay_engine``): clean
+runs, changed rules (divergences), missing and extra decisions, a core that
+raises, bad records with and without ``--skip-bad``, a worker that dies,
+and the command line's ``--jobs``. The real cores are compared the same way
+in ``tests.test_replay_e2e``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import pickle
+
+import pytest
+
+from actors.effects import Send
+from capture import CaptureReader, CorruptRecord
+from capture.errors import NewerSchemaInCapture
+from messages.credit import CreditRead
+from messages.scheduler import TenantChecked
+from replay.cli import _jobs, run_replay
+from replay.engine import Divergence, ReplayError, Replayer, RunEnds, is_replayed
+from runtime.clock import utc
+from replay.parallel import PARALLEL_FROM_BYTES, ParallelReplayer, _WorkerFailed, jobs_for, owner
+from tests.test_replay_engine import ToyTenant, _spoil_a_message, live_run, toy_builder
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "fork"), reason="replay workers are forked"
+)
+
+
+def one_process(paths, build=None, skip_bad=False):
+    reader = CaptureReader(paths, file_parts=True, skip_bad=skip_bad)
+    replayer = Replayer(build or toy_builder())
+    return [e.to_json() for e in replayer.replay(reader)], replayer, reader.skipped
+
+
+def in_workers(paths, jobs=2, build=None, skip_bad=False):
+    replayer = ParallelReplayer(paths, jobs, build or toy_builder(), skip_bad=skip_bad)
+    return [e.to_json() for e in replayer.replay()], replayer
+
+
+def totals(r):
+    return (r.runs, r.records, r.inputs, r.matched, r.excused, r.divergences)
+
+
+def test_the_toy_system_has_cores_in_each_of_two_workers():
+    """What the comparisons below rest on: both workers replay something."""
+    assert owner("scheduler", 2) == 0 and owner("chain", 2) == 0
+    assert {owner("tenant/alice", 2), owner("tenant/bob", 2)} == {1}
+    assert {owner(f"tenant/t{i}", 2) for i in range(50)} == {0, 1}
+    assert {owner(f"tenant/t{i}", 3) for i in range(50)} == {0, 1, 2}
+    assert all(owner(f"tenant/t{i}", 3) == owner(f"tenant/t{i}", 3) for i in range(50))  # the same every time
+
+
+class Quiet(ToyTenant):
+    def handle(self, m, now):
+        out = super().handle(m, now)
+        if isinstance(m, CreditRead) and m.cycle == 5 and self.tenant == "alice":
+            return []  # a captured decision is not made any more: missing
+        if isinstance(m, CreditRead) and m.cycle == 3 and self.tenant == "bob":
+            return out + [Send("scheduler", TenantChecked(m.cycle, self.tenant))]  # one more: extra
+        return out
+
+
+class Raising(ToyTenant):
+    def handle(self, m, now):
+        if isinstance(m, CreditRead) and m.cycle == 4 and self.tenant == "alice":
+            raise ValueError("a bug in the rule")
+        return super().handle(m, now)
+
+
+#: The toy runs below retire bob at this wake (mail to a retired monitor is excused).
+RETIRE = 5
+
+
+def builder_of(cls):
+    base = toy_builder(retire_bob_at=RETIRE)
+
+    def build(address, config):
+        if address.startswith("tenant/"):
+            return cls(address[len("tenant/"):])
+        return base(address, config)
+
+    return build
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+@pytest.mark.parametrize("build, diverges", [
+    (toy_builder(retire_bob_at=RETIRE), False),
+    (toy_builder(threshold=2, retire_bob_at=RETIRE), True),  # a changed rule
+    (builder_of(Quiet), True),  # missing and extra decisions
+    (builder_of(Raising), True),  # a core that raises
+])
+def test_workers_yield_what_one_replay_yields(tmp_path, jobs, build, diverges):
+    paths = live_run(tmp_path, retire_bob_at=RETIRE)
+    expected, alone, _ = one_process(paths, build)
+    got, parallel = in_workers(paths, jobs, build)
+    assert got == expected
+    assert totals(parallel) == totals(alone) and (alone.divergences > 0) == diverges
+    assert parallel.fallback_reason is None and all(s is not None for s in parallel.worker_seconds)
+    assert sum(1 for e in got if e["type"] == "note") > 5  # a timeline, merged from the workers
+
+
+def test_runs_one_after_another_merge_run_by_run(tmp_path):
+    first = live_run(tmp_path / "a", run_id="first")
+    second = live_run(tmp_path / "b", run_id="second", start=utc(2026, 3, 2))
+    paths = first + second
+    expected, alone, _ = one_process(paths, toy_builder(threshold=2))
+    got, parallel = in_workers(paths, 2, toy_builder(threshold=2))
+    assert got == expected and parallel.runs == alone.runs == 2
+    assert [e["run"] for e in got if e["type"] == "run_end"] == ["first", "second"]
+
+
+def test_a_bad_record_stops_the_replay_where_one_replay_stops_and_with_its_error(tmp_path):
+    """A worker meets it; the replay goes on in one process, what was shown not shown again."""
+    paths = live_run(tmp_path)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")  # bob is the second worker's
+    reader = CaptureReader(paths, file_parts=True)
+    alone = Replayer(toy_builder())
+    expected = []
+    with pytest.raises(CorruptRecord) as one:
+        for e in alone.replay(reader):
+            expected.append(e.to_json())
+    parallel = ParallelReplayer(paths, 2, toy_builder())
+    got = []
+    with pytest.raises(CorruptRecord) as many:
+        for e in parallel.replay():
+            got.append(e.to_json())
+    assert got == expected and str(many.value) == str(one.value)
+    assert any(e["type"] == "run_end" for e in got)  # the run's end, before the error, as one replay reports it
+    assert totals(parallel) == totals(alone)
+    assert "CorruptRecord" in parallel.fallback_reason and "worker 1" in parallel.fallback_reason
+
+
+def test_with_skip_bad_every_worker_skips_what_one_replay_skips(tmp_path):
+    paths = live_run(tmp_path)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")
+    expected, alone, skipped = one_process(paths, skip_bad=True)
+    got, parallel = in_workers(paths, 2, skip_bad=True)
+    assert got == expected and totals(parallel) == totals(alone)
+    assert parallel.skipped.by_kind == skipped.by_kind == {"corrupt": 1}
+    assert parallel.fallback_reason is None
+
+
+def test_a_lazy_replay_checking_the_others_decodes_what_none_of_its_cores_takes(tmp_path):
+    """The first worker decodes the records no worker replays, so that a bad one is found by someone."""
+    paths = live_run(tmp_path)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")
+    only_the_scheduler = lambda address: address == "scheduler"  # noqa: E731
+    quietly = Replayer(toy_builder(), replayed=only_the_scheduler, lazy=True)
+    assert [e for e in quietly.replay(CaptureReader(paths, file_parts=True)) if isinstance(e, Divergence)] == []
+    checking = Replayer(toy_builder(), replayed=only_the_scheduler, lazy=True, checks_others=only_the_scheduler)
+    with pytest.raises(CorruptRecord, match="record .* of the frame"):
+        list(checking.replay(CaptureReader(paths, file_parts=True)))
+    # Those of its own addresses it leaves to their replays: the scheduler's are sound.
+    sound = Replayer(toy_builder(), replayed=only_the_scheduler, lazy=True, checks_others=is_replayed)
+    ends = [e for e in sound.replay(CaptureReader(paths, file_parts=True)) if isinstance(e, RunEnds)]
+    assert ends and ends[0].divergences == 0
+
+
+def test_a_capture_error_crosses_from_a_worker_whole():
+    error = NewerSchemaInCapture("a.lwcap", 120, "credit_read schema 9")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is NewerSchemaInCapture and str(copy) == str(error) and copy.offset == 120
+
+
+def test_a_worker_that_dies_is_an_error_that_says_so(tmp_path):
+    paths = live_run(tmp_path)
+    base = toy_builder()
+
+    def build(address, config):
+        if address == "tenant/bob":
+            os._exit(7)  # the worker process ends at once, as a kill would end it
+        return base(address, config)
+
+    with pytest.raises(ReplayError, match="replay worker"):
+        list(ParallelReplayer(paths, 2, build).replay())
+
+
+def test_a_bug_in_a_worker_is_raised_with_its_traceback(tmp_path):
+    paths = live_run(tmp_path)
+    base = toy_builder()
+
+    def build(address, config):
+        if address == "tenant/alice":
+            raise RuntimeError("no core for alice today")
+        return base(address, config)
+
+    with pytest.raises(_WorkerFailed, match="(?s)worker 1 failed.*RuntimeError: no core for alice today"):
+        list(ParallelReplayer(paths, 2, build).replay())
+
+
+def _cli(paths, **extra):
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(logs=list(paths), until=None, tenant=None, step=False, json=True, skip_bad=False,
+                              set=[], with_config=None, timer_slack=None, jobs=None)
+    for k, v in extra.items():
+        setattr(args, k, v)
+    status = run_replay(args, None, stdout=out, stderr=err, build_core=toy_builder())
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_the_command_prints_the_same_bytes_whatever_the_jobs(tmp_path):
+    paths = live_run(tmp_path)
+    one = _cli(paths, jobs=1)
+    assert one[0] == 0 and one == _cli(paths, jobs=2) == _cli(paths, jobs=3)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")
+    bad = _cli(paths, jobs=1)
+    assert bad[0] == 2 and bad == _cli(paths, jobs=2)
+    skipped = _cli(paths, jobs=1, skip_bad=True)  # bob misses a read: a divergence too
+    assert skipped[0] == 3 and '(1 corrupt)' in skipped[1] and skipped == _cli(paths, jobs=2, skip_bad=True)
+
+
+def test_jobs_replay_whole_logs_only(tmp_path):
+    paths = live_run(tmp_path)
+    status, out, err = _cli(paths, jobs=2, tenant="bob")
+    assert status == 2 and out == "" and "--jobs 2: --tenant replay in this process; leave --jobs out" in err
+    assert _cli(paths, tenant="bob")[0] == 0  # by default it does
+
+
+def test_jobs_must_be_a_small_whole_number():
+    assert _jobs("2") == 2
+    for bad in ("0", "-1", "two", "65"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"--jobs must be a whole number from 1 to 64, not '{bad}'"):
+            _jobs(bad)
+
+
+def test_small_logs_replay_in_one_process_by_default():
+    assert jobs_for(PARALLEL_FROM_BYTES - 1) == 1
+    assert jobs_for(PARALLEL_FROM_BYTES) in (1, 2)  # 2 where the machine has two cores
