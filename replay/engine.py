@@ -112,6 +112,12 @@ NEVER_DELIVERED = "never delivered: nothing reached the recipient after the deci
 PARK_LIMIT = 10_000
 PARK_PER_ADDRESS = 4
 
+#: Records passed between two taken ones (``_Run._passed``) up to which they are gone through one
+#: by one rather than column by column: a parallel replay's worker takes every other record or so
+#: (in a day of 10,000 tenants, 84% of its gaps were of one or two records), and slicing the
+#: columns of so few costs more than the records themselves.
+SHORT_GAP = 3
+
 #: How late a real clock's timer may fire, in real seconds, and still match
 #: its decision (the timer thread and the dispatcher share the machine).
 REAL_TIMER_LATENESS_S = 2.0
@@ -624,8 +630,18 @@ class _Run:
     def _passed(self, columns: list[tuple[Any, ...]], a: int, b: int, last: datetime | None) -> datetime | None:
         """Records ``a`` to ``b`` of a frame, which no replayed core takes or makes: each recipient's
         last delivery noted (those receiving their first), the latest time returned."""
-        recipients = columns[3][a:b]
         seen = self.last_delivery
+        if b - a <= SHORT_GAP:
+            seqs, times, recipients = columns[0], columns[1], columns[3]
+            for i in range(a, b):
+                recipient, at = recipients[i], times[i]
+                if recipient not in seen:
+                    self._first_delivery(recipient)
+                seen[recipient] = seqs[i]
+                if last is None or at > last:
+                    last = at
+            return last
+        recipients = columns[3][a:b]
         for first in set(recipients).difference(seen):
             self._first_delivery(first)
         seen.update(zip(recipients, columns[0][a:b]))
