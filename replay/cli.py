@@ -317,7 +317,7 @@ def run_replay(
         for event in events:
             n += 1
             if n & 255 == 0:
-                progress.tick(replayer.records)
+                progress.tick(replayer.records_so_far)
             if not _wanted(event, args.tenant):
                 continue
             if isinstance(event, (Step, Divergence)):

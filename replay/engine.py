@@ -1013,6 +1013,12 @@ class Replayer:
         self._frame = 0
         self._where: tuple[int, int] = (0, -1)
 
+    @property
+    def records_so_far(self) -> int:
+        """Records read so far, the run under way's included (``records`` counts ended runs)."""
+        run = self._current
+        return self.records + (run.records if run is not None else 0)
+
     def _replayed(self, address: str) -> bool:
         known = self._replayed_cache.get(address)
         if known is None:

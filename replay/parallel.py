@@ -130,9 +130,10 @@ class _Reporting:
     """A worker's reader, which tells the parent how far it has read every ``SEND_FRAMES`` frames
     (the parent's progress bar), whether or not the frames held anything to send."""
 
-    def __init__(self, reader: CaptureReader, conn: Any) -> None:
+    def __init__(self, reader: CaptureReader, conn: Any, records: Callable[[], int]) -> None:
         self.reader = reader
         self.conn = conn
+        self.records = records
         self.materialize = reader.materialize
 
     def batches(self, lazy: bool = False) -> Iterator[Any]:
@@ -140,7 +141,7 @@ class _Reporting:
         for n, batch in enumerate(reader.batches(lazy=lazy), 1):
             yield batch
             if n % SEND_FRAMES == 0:
-                conn.send(("read", None, reader.bytes_done))
+                conn.send(("read", None, (reader.bytes_done, self.records())))
 
 
 class _Stopped(Exception):
@@ -197,17 +198,26 @@ class ParallelReplayer:
         self.skipped = SkipCounts()
         self.total_bytes = 0
         self._read: list[int] = [0] * jobs
+        self._counted: list[int] = [0] * jobs
         #: each worker's CPU seconds, once it is done (how evenly ``owner`` shared the cores out)
         self.worker_seconds: list[float | None] = [None] * jobs
         #: why the replay went on in one process (a worker met a bad record), if it did
         self.fallback_reason: str | None = None
         self._fallback: CaptureReader | None = None
+        self._serial_replayer: Replayer | None = None
 
     @property
     def bytes_done(self) -> int:
         if self._fallback is not None:
             return self._fallback.bytes_done
         return min(self._read)
+
+    @property
+    def records_so_far(self) -> int:
+        """Records read so far (by the slowest worker; once the replay is over, ``records``)."""
+        if self._serial_replayer is not None:
+            return self._serial_replayer.records_so_far
+        return max(self.records, min(self._counted))
 
     # -- a worker (in its own process) --------------------------------------------------------
     def _work(self, k: int, conn: Any) -> None:
@@ -229,7 +239,8 @@ class ParallelReplayer:
             ending: list[Any] = []  # a run's divergences, sent with its end as one item
             last: tuple[int, int] | None = None
             n = 0  # events sent from one position: its timeline lines, or a run's end and the next's beginning
-            for where, event in replayer.replay_positioned(_Reporting(reader, conn)):
+            progress = _Reporting(reader, conn, lambda: replayer.records_so_far)
+            for where, event in replayer.replay_positioned(progress):
                 t = type(event)
                 if t is Divergence:
                     ending.append(event)
@@ -276,8 +287,8 @@ class ParallelReplayer:
             yield from self._serial(yielded)
 
     def _serial(self, skip: int) -> Iterator[Any]:
-        replayer = Replayer(self._build_core, config=self._config, overrides=self._overrides,
-                            timer_slack=self._timer_slack)
+        replayer = self._serial_replayer = Replayer(self._build_core, config=self._config, overrides=self._overrides,
+                                                    timer_slack=self._timer_slack)
         reader = self._fallback = CaptureReader(self.paths, skip_bad=self.skip_bad, file_parts=True)
         try:
             for event in itertools.islice(replayer.replay(reader), skip, None):
@@ -349,7 +360,7 @@ class ParallelReplayer:
                 yield from payload
                 continue
             if what == "read":
-                self._read[k] = extra
+                self._read[k], self._counted[k] = extra
                 continue
             if what == "raised":
                 raise _Stopped(f"worker {k}: {extra}")

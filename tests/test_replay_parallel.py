@@ -232,3 +232,15 @@ def test_jobs_must_be_a_small_whole_number():
 def test_small_logs_replay_in_one_process_by_default():
     assert jobs_for(PARALLEL_FROM_BYTES - 1) == 1
     assert jobs_for(PARALLEL_FROM_BYTES) in (1, 2)  # 2 where the machine has two cores
+
+
+def test_the_records_read_so_far_count_the_run_under_way(tmp_path):
+    """What the progress bar shows: a replay of one run counts its records before the run ends."""
+    paths = live_run(tmp_path, background=False)  # a frame a record: counted as they come
+    alone = Replayer(toy_builder())
+    seen = [(alone.records, alone.records_so_far) for e in alone.replay(CaptureReader(paths, file_parts=True))
+            if e.__class__.__name__ == "Step"]
+    assert seen[-1][0] == 0 and 0 < seen[0][1] < seen[-1][1] <= alone.records
+    parallel = ParallelReplayer(paths, 2, toy_builder())
+    list(parallel.replay())
+    assert parallel.records_so_far == parallel.records == alone.records
