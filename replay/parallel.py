@@ -70,10 +70,10 @@ __all__ = ["ParallelReplayer", "owner", "parallel_available", "jobs_for", "PARAL
 PARALLEL_FROM_BYTES = 16 * 2**20
 
 #: Events a worker gathers before sending them on (few, large messages
-#: through the pipe), and the frames it reads between two reports of how far
-#: it has read (the parent's progress bar).
+#: through the pipe), and the frames it reads at most between two sends (so
+#: that the timeline and the progress bar move on while it finds little).
 SEND_EVENTS = 2048
-SEND_FRAMES = 256
+SEND_FRAMES = 32
 
 #: Share of the tenants' monitors (of 100) the first of two workers takes,
 #: beside the scheduler and the chain actor. In a day of 10,000 tenants
@@ -126,22 +126,40 @@ def _owned_by(k: int, jobs: int) -> Callable[[str], bool]:
     return replayed
 
 
-class _Reporting:
-    """A worker's reader, which tells the parent how far it has read every ``SEND_FRAMES`` frames
-    (the parent's progress bar), whether or not the frames held anything to send."""
+#: After every record of a frame: the ``record`` part of a watermark's position.
+_AFTER_FRAME = 2**62
+
+
+class _Sender:
+    """A worker's way to the parent: its reader, which sends what the worker has gathered every
+    ``SEND_FRAMES`` frames (with how far it has read, and a watermark), and its gathered events."""
 
     def __init__(self, reader: CaptureReader, conn: Any, records: Callable[[], int]) -> None:
         self.reader = reader
         self.conn = conn
         self.records = records
         self.materialize = reader.materialize
+        self.items: list[tuple[Any, Any]] = []
 
     def batches(self, lazy: bool = False) -> Iterator[Any]:
-        reader, conn = self.reader, self.conn
-        for n, batch in enumerate(reader.batches(lazy=lazy), 1):
+        # When the replay asks for frame n + 1, every event of frame n has been gathered.
+        for n, batch in enumerate(self.reader.batches(lazy=lazy), 1):
             yield batch
             if n % SEND_FRAMES == 0:
-                conn.send(("read", None, (reader.bytes_done, self.records())))
+                # A watermark (no event: ``None``), the worker's word that it has nothing more up
+                # to here: it lets the merge go past frame n while this worker finds nothing to
+                # show for many frames (the other workers' lines would wait for its next one).
+                self.items.append(((n, _AFTER_FRAME, 0), None))
+                self.send()
+
+    def add(self, key: tuple[int, int, int], item: Any) -> None:
+        self.items.append((key, item))
+        if len(self.items) >= SEND_EVENTS:
+            self.send()
+
+    def send(self) -> None:
+        self.conn.send(("events", self.items, (self.reader.bytes_done, self.records())))
+        self.items = []
 
 
 class _Stopped(Exception):
@@ -235,12 +253,11 @@ class ParallelReplayer:
                 self._build_core, config=self._config, overrides=self._overrides, timer_slack=self._timer_slack,
                 replayed=_owned_by(k, self.jobs), lazy=lazy, checks_others=is_replayed if lazy and k == 0 else None,
             )
-            items: list[tuple[Any, Any]] = []
             ending: list[Any] = []  # a run's divergences, sent with its end as one item
             last: tuple[int, int] | None = None
             n = 0  # events sent from one position: its timeline lines, or a run's end and the next's beginning
-            progress = _Reporting(reader, conn, lambda: replayer.records_so_far)
-            for where, event in replayer.replay_positioned(progress):
+            sender = _Sender(reader, conn, lambda: replayer.records_so_far)
+            for where, event in replayer.replay_positioned(sender):
                 t = type(event)
                 if t is Divergence:
                     ending.append(event)
@@ -249,15 +266,10 @@ class ParallelReplayer:
                     n += 1
                 else:
                     last, n = where, 0
+                sender.add((*where, n), (ending, event) if t is RunEnds else event)
                 if t is RunEnds:
-                    items.append(((*where, n), (ending, event)))
                     ending = []
-                else:
-                    items.append(((*where, n), event))
-                if len(items) >= SEND_EVENTS:
-                    conn.send(("events", items, reader.bytes_done))
-                    items = []
-            conn.send(("events", items, reader.bytes_done))
+            sender.send()
             conn.send(("done", reader.skipped, time.process_time()))
         except (CaptureError, ReplayError) as exc:
             conn.send(("raised", None, f"{type(exc).__name__}: {exc}"))  # the parent replays in one process
@@ -342,7 +354,7 @@ class ParallelReplayer:
             while True:
                 message = conn.recv()
                 inbox.put(message)
-                if message[0] != "events" and message[0] != "read":
+                if message[0] != "events":
                     return
         except (EOFError, OSError):
             inbox.put(None)  # it died (or the replay is being stopped): the missing outcome says so
@@ -355,12 +367,8 @@ class ParallelReplayer:
                 return
             what, payload, extra = message
             if what == "events":
-                if extra:
-                    self._read[k] = extra
-                yield from payload
-                continue
-            if what == "read":
                 self._read[k], self._counted[k] = extra
+                yield from payload
                 continue
             if what == "raised":
                 raise _Stopped(f"worker {k}: {extra}")
@@ -381,6 +389,8 @@ class ParallelReplayer:
             if type(event) is Step:
                 yield event
                 continue
+            if event is None:
+                continue  # a watermark
             # A run's beginning or end: each worker yields it at the same position, one after another.
             if gathered and key != at:
                 raise ReplayError(f"replay workers disagree on where a run begins or ends: {at} and {key}")
