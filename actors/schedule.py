@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
@@ -427,12 +427,11 @@ class SchedulerDecisions:
             return self._end_check(now)
         return [Send(CHAIN_IO, CreditReadsCall(c.id, tuple(sorted(tenants))))]
 
-    def _sync(self, leases: Iterable[Lease], now: datetime) -> list[Effect]:
+    def _sync(self, leases: tuple[Lease, ...], now: datetime) -> list[Effect]:
         """Make the tenant monitors match the chain's active leases."""
         groups: defaultdict[str, list[Lease]] = defaultdict(list)
         for lease in leases:
             groups[lease.tenant].append(lease)
-        leases = tuple(leases)
         out: list[Effect] = []
         started = 0
         tenants = self.tenants
