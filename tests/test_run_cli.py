@@ -56,7 +56,9 @@ def test_the_demo_runs_on_the_devnet_through_grpc_and_the_websocket(tmp_path: Pa
     out = run("--config", str(config(tmp_path, "devnet")), "--duration", "15m", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "embedded devnet: gRPC grpc+http://127.0.0.1:" in out.stdout
-    assert "withdrew" in out.stdout and "now watching tenant" in out.stdout  # a lease event over the websocket
+    # Each on its own, with the whole output: a failure says which is missing and what happened instead.
+    assert "withdrew" in out.stdout, out.stdout
+    assert "now watching tenant" in out.stdout, out.stdout  # a lease event over the websocket
 
 
 def test_a_bad_value_fails_at_start_naming_the_key(tmp_path: Path) -> None:
