@@ -75,6 +75,10 @@ PARALLEL_FROM_BYTES = 16 * 2**20
 SEND_EVENTS = 2048
 SEND_FRAMES = 32
 
+#: How long a worker whose pipe has closed, with no outcome sent, is waited for to be gone (for
+#: its exit status, which says why: a signal's number, or the status it exited with).
+WORKER_GONE_S = 5.0
+
 #: Share of the tenants' monitors (of 100) the first of two workers takes,
 #: beside the scheduler and the chain actor. In a day of 10,000 tenants
 #: (bench/replay_day.py) the scheduler's share of the cores' time is about
@@ -324,16 +328,14 @@ class ParallelReplayer:
                 child_end.close()
                 workers.append((p, parent_end))
             streams = []
-            for k, (_, conn) in enumerate(workers):
+            for k, (p, conn) in enumerate(workers):
                 inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
                 threading.Thread(target=self._receive, args=(conn, inbox), name=f"replay-worker-{k}-inbox",
                                  daemon=True).start()
-                streams.append(self._events(k, inbox, outcomes))
+                streams.append(self._events(k, inbox, outcomes, p))
             yield from self._merged(streams)
-            for k, (p, _) in enumerate(workers):
+            for p, _ in workers:
                 p.join()
-                if outcomes[k] is None:
-                    raise ReplayError(f"replay worker {k} stopped without a word (exit status {p.exitcode})")
             self.skipped = outcomes[0][1]  # type: ignore[index]  # with --skip-bad every worker read every record
         finally:
             for p, conn in workers:
@@ -359,12 +361,15 @@ class ParallelReplayer:
         except (EOFError, OSError):
             inbox.put(None)  # it died (or the replay is being stopped): the missing outcome says so
 
-    def _events(self, k: int, inbox: "queue.SimpleQueue[Any]", outcomes: list[Any]) -> Iterator[tuple[Any, ...]]:
+    def _events(
+        self, k: int, inbox: "queue.SimpleQueue[Any]", outcomes: list[Any], process: Any
+    ) -> Iterator[tuple[Any, ...]]:
         """Worker ``k``'s events as it sends them; its outcome noted when it is done."""
         while True:
             message = inbox.get()
-            if message is None:
-                return
+            if message is None:  # its pipe closed with no outcome: it died (killed, out of memory)
+                process.join(WORKER_GONE_S)
+                raise ReplayError(f"replay worker {k} stopped without a word (exit status {process.exitcode})")
             what, payload, extra = message
             if what == "events":
                 self._read[k], self._counted[k] = extra

@@ -177,7 +177,7 @@ def test_a_worker_that_dies_is_an_error_that_says_so(tmp_path):
             os._exit(7)  # the worker process ends at once, as a kill would end it
         return base(address, config)
 
-    with pytest.raises(ReplayError, match="replay worker"):
+    with pytest.raises(ReplayError, match=r"replay worker 1 stopped without a word \(exit status 7\)"):
         list(ParallelReplayer(paths, 2, build).replay())
 
 
