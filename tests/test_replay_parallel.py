@@ -25,7 +25,7 @@ from replay.cli import _jobs, run_replay
 from replay.engine import Divergence, ReplayError, Replayer, RunEnds, is_replayed
 from runtime.clock import utc
 from replay.parallel import PARALLEL_FROM_BYTES, ParallelReplayer, _WorkerFailed, jobs_for, owner
-from tests.test_replay_engine import ToyTenant, _spoil_a_message, live_run, toy_builder
+from tests.test_replay_engine import ToyTenant, _cut_tail, _spoil_a_message, live_run, toy_builder
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork"), reason="replay workers are forked"
@@ -244,3 +244,14 @@ def test_the_records_read_so_far_count_the_run_under_way(tmp_path):
     parallel = ParallelReplayer(paths, 2, toy_builder())
     list(parallel.replay())
     assert parallel.records_so_far == parallel.records == alone.records
+
+
+def test_a_run_cut_by_a_crash_replays_alike_whatever_the_jobs(tmp_path):
+    """Its file ends inside a record and holds no end record: reported, then skipped, as one process does."""
+    first = live_run(tmp_path / "a", run_id="crashed", stop=False)
+    _cut_tail(first[-1])
+    paths = first + live_run(tmp_path / "b", run_id="after", start=utc(2026, 3, 2))
+    for skip_bad in (False, True):
+        one = _cli(paths, jobs=1, skip_bad=skip_bad)
+        assert one[0] & 2 and one == _cli(paths, jobs=2, skip_bad=skip_bad)
+    assert '"run":"after"' in one[1] and "(1 truncated)" in one[1]  # with --skip-bad: past it, to the next run
