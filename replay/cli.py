@@ -360,6 +360,11 @@ def run_replay(
         summary.update(tenant=args.tenant, tenant_lines=shown)
     out.summary(summary)
     stdout.flush()
+    fallback = getattr(replayer, "fallback_reason", None)
+    if fallback is not None:
+        # Said on stderr only: what the replay prints is the same however it ran.
+        stderr.write(f"replay: the worker processes stopped ({fallback}); the replay went on in this process "
+                     "from the start, which is why it took longer\n")
     if error is not None and not args.json:
         stderr.write(error_line(error) + "\n")
     return (EXIT_DIVERGED if replayer.divergences else 0) | (EXIT_BAD_LOGS if bad else 0)

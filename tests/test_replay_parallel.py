@@ -209,8 +209,11 @@ def test_the_command_prints_the_same_bytes_whatever_the_jobs(tmp_path):
     one = _cli(paths, jobs=1)
     assert one[0] == 0 and one == _cli(paths, jobs=2) == _cli(paths, jobs=3)
     _spoil_a_message(paths[0], "tenant/bob", "credit_read")
-    bad = _cli(paths, jobs=1)
-    assert bad[0] == 2 and bad == _cli(paths, jobs=2)
+    bad, bad_in_workers = _cli(paths, jobs=1), _cli(paths, jobs=2)
+    assert bad[0] == 2 and bad[:2] == bad_in_workers[:2]
+    # stderr (the JSON is on stdout) says why the replay took longer
+    assert bad[2] == "" and bad_in_workers[2].startswith("replay: the worker processes stopped (worker 1: CorruptRecord: ")
+    assert bad_in_workers[2].endswith("the replay went on in this process from the start, which is why it took longer\n")
     skipped = _cli(paths, jobs=1, skip_bad=True)  # bob misses a read: a divergence too
     assert skipped[0] == 3 and '(1 corrupt)' in skipped[1] and skipped == _cli(paths, jobs=2, skip_bad=True)
 
@@ -252,6 +255,7 @@ def test_a_run_cut_by_a_crash_replays_alike_whatever_the_jobs(tmp_path):
     _cut_tail(first[-1])
     paths = first + live_run(tmp_path / "b", run_id="after", start=utc(2026, 3, 2))
     for skip_bad in (False, True):
-        one = _cli(paths, jobs=1, skip_bad=skip_bad)
-        assert one[0] & 2 and one == _cli(paths, jobs=2, skip_bad=skip_bad)
+        one, two = _cli(paths, jobs=1, skip_bad=skip_bad), _cli(paths, jobs=2, skip_bad=skip_bad)
+        assert one[0] & 2 and one[:2] == two[:2]
+        assert ("TruncatedRecord" in two[2]) != skip_bad  # without --skip-bad the workers stopped there
     assert '"run":"after"' in one[1] and "(1 truncated)" in one[1]  # with --skip-bad: past it, to the next run
