@@ -77,6 +77,7 @@ from runtime.router import tenant_address
 __all__ = [
     "ReplayError",
     "Replayer",
+    "ReplayTotals",
     "RunBegins",
     "RunEnds",
     "Step",
@@ -957,7 +958,29 @@ class _Run:
         return out
 
 
-class Replayer:
+class ReplayTotals:
+    """What a replay counted, as ``run.py replay``'s summary reads it from a ``Replayer`` or a
+    ``replay.parallel.ParallelReplayer`` (which may hand over to a ``Replayer``: ``take_totals``)."""
+
+    COUNTS = ("runs", "records", "inputs", "matched", "excused", "divergences")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.records = 0
+        self.inputs = 0
+        self.matched = 0
+        self.excused = 0
+        self.divergences = 0
+        #: the replay stopped at --until before the logs' end
+        self.stopped_early = False
+
+    def take_totals(self, other: "ReplayTotals") -> None:
+        for name in self.COUNTS:
+            setattr(self, name, getattr(other, name))
+        self.stopped_early = other.stopped_early
+
+
+class Replayer(ReplayTotals):
     """Replays capture entries (``capture.reader.CaptureReader``) and yields what it finds.
 
     ``config`` replaces every run's captured configuration; ``overrides``
@@ -998,13 +1021,7 @@ class Replayer:
         self.timer_slack = timer_slack
         self._replayed_fn = replayed
         self._replayed_cache: dict[str, bool] = {}
-        self.divergences = 0
-        self.runs = 0
-        self.records = 0
-        self.inputs = 0
-        self.matched = 0
-        self.excused = 0
-        self.stopped_early = False
+        ReplayTotals.__init__(self)
         #: the run being replayed (for the error path of ``_replay``)
         self._current: _Run | None = None
         #: where in the records the event being yielded comes from: (frame, record in it), the

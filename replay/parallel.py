@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterator
 
 from capture.errors import CaptureError
 from capture.reader import CaptureReader, SkipCounts
-from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed
+from replay.engine import Divergence, ReplayError, Replayer, ReplayTotals, RunBegins, RunEnds, Step, is_replayed
 from runtime.config import Config
 
 __all__ = ["ParallelReplayer", "owner", "parallel_available", "jobs_for", "PARALLEL_FROM_BYTES"]
@@ -178,7 +178,7 @@ class _WorkerFailed(Exception):
     """A worker stopped with an error that is not the capture's or the replay's (a bug): its traceback."""
 
 
-class ParallelReplayer:
+class ParallelReplayer(ReplayTotals):
     """Replays the logs at ``paths`` in ``jobs`` worker processes and yields what one ``Replayer`` would.
 
     The counts (``runs``, ``records``, ``inputs``, ``matched``, ``excused``,
@@ -209,14 +209,7 @@ class ParallelReplayer:
         self._overrides = overrides
         self._timer_slack = timer_slack
         self.skip_bad = skip_bad
-        self.runs = 0
-        self.records = 0
-        self.inputs = 0
-        self.matched = 0
-        self.excused = 0
-        self.divergences = 0
-        #: a parallel replay has no --until: it reads to the end
-        self.stopped_early = False
+        ReplayTotals.__init__(self)  # a parallel replay has no --until: it reads to the end
         self.skipped = SkipCounts()
         self.total_bytes = 0
         self._read: list[int] = [0] * jobs
@@ -310,8 +303,7 @@ class ParallelReplayer:
             for event in itertools.islice(replayer.replay(reader), skip, None):
                 yield event
         finally:
-            for name in ("runs", "records", "inputs", "matched", "excused", "divergences"):
-                setattr(self, name, getattr(replayer, name))
+            self.take_totals(replayer)
             self.skipped = reader.skipped
 
     def _parallel(self) -> Iterator[Any]:
