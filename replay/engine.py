@@ -561,14 +561,13 @@ class _Run:
                     fed = replayed_of(recipient)
                 if start >= 0:
                     index = start + i
-                if type(message) is Raw:
-                    if decision or fed:
-                        rec = materialize(rec, path, offset, index)
-                        if rec is None:
-                            continue  # bad, and skipped (--skip-bad), as a whole read skips it
-                    elif checking is not None and checking(sender, recipient):
-                        if materialize(rec, path, offset, index) is None:
-                            continue  # decoded to be checked only
+                if (decision or fed) and type(message) is Raw:
+                    rec = materialize(rec, path, offset, index)
+                    if rec is None:
+                        continue  # bad, and skipped (--skip-bad), as a whole read skips it
+                elif checking is not None and type(message) is Raw and checking(sender, recipient):
+                    if materialize(rec, path, offset, index) is None:
+                        continue  # decoded to be checked only
                 counted += 1
                 if last is None or at > last:
                     last = at
