@@ -20,7 +20,7 @@ from actors.schedule import SchedulerDecisions
 from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor, start_actor
 from runtime.clock import Clock
-from runtime.dispatch import Dispatcher
+from runtime.dispatch import Dispatcher, stop_pooled
 from runtime.router import SCHEDULER, Router, tenant_address
 
 __all__ = ["SchedulerActor", "RECHECK_EVERY"]
@@ -88,10 +88,7 @@ class SchedulerActor(CoreActor):
                 ref.stop(block=False)
 
     def on_stop(self) -> None:
-        # The monitors are this actor's children: they go with it.
+        # The monitors are this actor's children: they go with it, all at once.
         super().on_stop()
-        for address in self.router.addresses():
-            if address.startswith("tenant/"):
-                ref = self.router.remove(address)
-                if ref is not None:
-                    ref.stop(block=False)
+        monitors = [self.router.remove(address) for address in self.router.addresses() if address.startswith("tenant/")]
+        stop_pooled([ref for ref in monitors if ref is not None])

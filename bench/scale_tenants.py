@@ -59,7 +59,7 @@ from messages.credit import LeasesSynced  # noqa: E402
 from devnet.demo import demo_address  # noqa: E402  (the chain refuses addresses that are not bech32)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
-from runtime.dispatch import ThreadedDispatcher  # noqa: E402
+from runtime.dispatch import ThreadedDispatcher, stop_pooled  # noqa: E402
 from runtime.router import Router, tenant_address  # noqa: E402
 from sidecar.app import Sidecar  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before load_config)
@@ -203,9 +203,9 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int, start_rounds: int
         for f in futures:
             f.get(timeout=600)
         took = (time.perf_counter() - spawn_started, time.process_time() - spawn_cpu)
-        for tenant, r in zip(spawn_tenants, refs):
+        for tenant in spawn_tenants:
             sidecar.router.remove(tenant_address(tenant))
-            r.stop(block=False)
+        stop_pooled(refs)  # as the scheduler stops its monitors
         deadline = time.monotonic() + 600
         while any(r.is_alive() for r in refs) or len(pykka.ActorRegistry.get_all()) > 10:
             if time.monotonic() > deadline:

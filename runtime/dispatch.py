@@ -58,6 +58,7 @@ __all__ = [
     "sending_as",
     "current_sender",
     "delivery_time",
+    "stop_pooled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -462,6 +463,8 @@ class PooledActor(pykka.Actor):
     def __init__(self, dispatcher: Dispatcher, address: str) -> None:
         self.dispatcher = dispatcher
         self.address = address
+        #: taken out of pykka's registry already, with others (``stop_pooled``): ``_stop`` need not look
+        self._unregistered = False
         # pykka's Actor.__init__ sets these four, with a uuid4 and a threading.Event
         # per actor; a pooled actor needs neither (``_Stopped``, ``_URN_PREFIX``).
         self.actor_urn = f"urn:uuid:{_URN_PREFIX}{next(_URN_SEQ):012x}"
@@ -484,6 +487,22 @@ class PooledActor(pykka.Actor):
         obj._start_actor_loop()
         return ref
 
+    def _stop(self) -> None:
+        """pykka's ``Actor._stop``, less what ``stop_pooled`` did already and its "Stopped" f-string.
+
+        ``ActorRegistry.unregister`` looks for the ref in pykka's list, twice:
+        each stop costs a scan of every actor still registered.
+        """
+        if not self._unregistered:
+            _REGISTRY.unregister(self._actor_ref)
+        self.actor_stopped.set()
+        if _pykka_logger.isEnabledFor(logging.DEBUG):
+            _pykka_logger.debug("Stopped %s", self)
+        try:
+            self.on_stop()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+
     def _create_actor_inbox(self) -> _Mailbox:  # type: ignore[override]
         return _Mailbox(self, self.dispatcher)
 
@@ -504,6 +523,29 @@ class PooledActor(pykka.Actor):
         return f"{self.__class__.__name__}({self.address})"
 
 
+
+
+def stop_pooled(refs: "list[pykka.ActorRef[Any]]") -> None:
+    """Ask many actors to stop, the pooled ones taken out of pykka's registry in one pass first.
+
+    One by one, each stop scans pykka's list of every actor for its own
+    ref (``PooledActor._stop``): a sidecar stopping its 100,000 tenant
+    monitors spent 7.9 s of CPU on it, 19 times what 10,000 took. Out of the
+    registry, a ref is what pykka's own unregister makes it: not listed,
+    though its actor is still handling what it had before the stop.
+    """
+    pooled = [ref for ref in refs if isinstance(ref.actor_inbox, _Mailbox)]
+    if pooled:
+        leaving = {id(ref) for ref in pooled}
+        with _REGISTRY._actor_refs_lock:
+            for ref in pooled:
+                ref.actor_inbox.actor._unregistered = True  # type: ignore[attr-defined]
+            _REGISTRY._actor_refs[:] = [ref for ref in _REGISTRY._actor_refs if id(ref) not in leaving]
+    for ref in refs:
+        try:
+            ref.stop(block=False)
+        except pykka.ActorDeadError:
+            pass
 
 
 def actor_kind(address: str) -> str:

@@ -10,7 +10,7 @@ import pykka
 import pytest
 
 from runtime.clock import ManualClock, RealClock, utc
-from runtime.dispatch import Delivery, Dispatcher, ManualDispatcher, PooledActor, ThreadedDispatcher, sending_as
+from runtime.dispatch import Delivery, Dispatcher, ManualDispatcher, PooledActor, ThreadedDispatcher, sending_as, stop_pooled
 from runtime.router import Router
 from tests.support import probe
 
@@ -70,6 +70,41 @@ def test_pooled_actor_is_a_pykka_actor_with_its_own_mailbox_in_order() -> None:
     d.run_until_idle()
     assert not ref.is_alive()
     assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None and ref not in pykka.ActorRegistry.get_all()
+
+
+class Stopping(Counter):
+    stopped: list[str] = []
+
+    def on_stop(self) -> None:
+        Stopping.stopped.append(self.address)
+
+
+def test_stop_pooled_takes_many_actors_out_of_the_registry_at_once_and_each_still_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    Stopping.stopped = []
+    refs = [Stopping.start(d, f"s{i}") for i in range(5)]
+    staying = Stopping.start(d, "stays")
+    for ref in refs:
+        ref.tell("before the stop")
+    scans: list[Any] = []
+    unregister = pykka.ActorRegistry.unregister
+    monkeypatch.setattr(pykka.ActorRegistry, "unregister", lambda ref: (scans.append(ref), unregister(ref)))
+    stop_pooled(refs)
+    # Out of the registry at once (as pykka's own unregister leaves a ref), the others kept.
+    registered = pykka.ActorRegistry.get_all()
+    assert not any(ref in registered for ref in refs) and staying in registered
+    d.run_until_idle()
+    assert all(not ref.is_alive() for ref in refs) and staying.is_alive()
+    # Each handled its mail from before the stop, then ran on_stop; none looked for itself in the list again.
+    assert [r.actor_inbox.actor.handled for r in refs] == [["before the stop"]] * 5  # type: ignore[attr-defined]
+    assert Stopping.stopped == [f"s{i}" for i in range(5)] and scans == []
+    staying.stop(block=False)  # one actor stopped alone takes itself out, as pykka does
+    d.run_until_idle()
+    assert scans == [staying] and staying not in pykka.ActorRegistry.get_all()
+    stop_pooled(refs)  # asking the stopped again is harmless
 
 
 def test_a_mailbox_keeps_order_through_bursts_and_lets_read_mail_go() -> None:
