@@ -13,6 +13,7 @@ baseline (pykka ``ThreadingActor``, one thread per tenant) in the same run:
   decide), median of several; the first cycle, which starts the tenants'
   monitors, also batches the closures of the 1% whose credit is gone and
   closes them on the model (shown, not timed);
+- stop: the sidecar stopped, until every monitor has (shown, no target);
 - RSS: the process's peak resident memory, model included; the sidecar's
   own is that less the RSS of the built model (its lease answers made).
 
@@ -282,7 +283,15 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int, start_rounds: int
         "world_build_s": round(build_seconds, 1),
         "threads": __import__("threading").active_count(),
     }
-    sidecar.stop(timeout=60)
+    # stop: the sidecar stopped, until every tenant's monitor has (they go with the scheduler).
+    monitors = [sidecar.router.get(a) for a in sidecar.router.addresses() if a.startswith("tenant/")]
+    stop_started = time.perf_counter()
+    sidecar.stop(timeout=600)
+    while any(r is not None and r.is_alive() for r in monitors):
+        if time.perf_counter() - stop_started > 600:
+            raise RuntimeError("the monitors did not stop within 600 s of the sidecar's stop")
+        time.sleep(0.01)
+    result["stop_s"] = round(time.perf_counter() - stop_started, 3)
     dispatcher.shutdown()
     return result
 
@@ -327,6 +336,7 @@ def main() -> int:
         ("cycle_sidecar_median_s", "  the sidecar's own share"),
         ("start_cpu_s", "start, CPU (s)"),
         ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU"),
+        ("stop_s", "stop, until every monitor (s)"),
         ("rss_mb", "peak RSS, model incl. (MB)"),
     ):
         a, b = pooled[key], threaded[key]
@@ -369,7 +379,8 @@ def growth(args: argparse.Namespace) -> int:
     rows = (("start_s", "start N monitors, median (s)"), ("cycle_sidecar_median_s", "own share of a cycle (s)"),
             ("own_rss_mb", "own RSS (MB)"), ("cycle_median_s", "whole cycle, model incl. (s)"),
             ("start_cpu_s", "start, CPU (s)"), ("cycle_cpu_sidecar_median_s", "own share of a cycle, CPU (s)"),
-            ("cycle_in_chain_median_s", "the chain model's share (s)"), ("gc_in_cycles_s", "collector, all cycles (s)"))
+            ("cycle_in_chain_median_s", "the chain model's share (s)"), ("gc_in_cycles_s", "collector, all cycles (s)"),
+            ("stop_s", "stop, until every monitor (s)"))
     for r in (small, large):
         r["own_rss_mb"] = round(r["rss_mb"] - r["rss_model_mb"], 1)
     print(f"pooled, {args.leases_per_tenant} leases per tenant, 1% closable, on the chain model")
