@@ -50,6 +50,8 @@ class SchedulerActor(CoreActor):
         #: poll every few ms took the GIL from the workers hundreds of times a cycle.
         self._cycle_changed = threading.Condition()
         self._seen: tuple[int, Any] = (-1, None)
+        #: monitors retired by the effects being applied, stopped together once they all are
+        self._retiring: list[pykka.ActorRef[Any]] = []
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -77,15 +79,26 @@ class SchedulerActor(CoreActor):
     def _start_pooled_monitor(self, tenant: str) -> pykka.ActorRef[Any]:
         return start_actor(self.router, CreditMonitorActor, self.dispatcher, self.router, self.clock, tenant, self.settings)
 
+    def apply(self, effects: list[Effect], now: Any = None, decided_on: Any = None) -> None:
+        try:
+            super().apply(effects, now, decided_on)
+        finally:
+            # A cycle whose closures end a thousand tenants retires them in one handling:
+            # stopped one by one, each would scan pykka's registry (``stop_pooled``).
+            retiring, self._retiring = self._retiring, []
+            stop_pooled(retiring)
+
     def _lifecycle(self, effect: Effect) -> None:
         if isinstance(effect, Spawn):
             ref = self._start_monitor(effect.tenant)
             for message in effect.first:
                 ref.tell(message)
         elif isinstance(effect, Retire):
+            # Out of the router at once: mail for it from the effects after this one is dropped,
+            # as from a stopped monitor; the stop itself is asked once every effect is applied.
             ref = self.router.remove(tenant_address(effect.tenant))
             if ref is not None:
-                ref.stop(block=False)
+                self._retiring.append(ref)
 
     def on_stop(self) -> None:
         # The monitors are this actor's children: they go with it, all at once.

@@ -170,3 +170,32 @@ def test_scheduler_actor_spawns_monitors_and_sets_its_wake_timer() -> None:
     sched.stop(block=False)
     d.run_until_idle()
     assert router.get(tenant_address("t1")) is None  # the monitors go with the scheduler
+
+
+def test_monitors_retired_together_leave_the_router_in_order_and_stop_once_all_are_applied(monkeypatch) -> None:
+    import pykka
+
+    from actors.effects import Retire, Send
+
+    clock, d, router = setup()
+    ref = start_actor(router, SchedulerActor, d, router, clock, settings(), PROVIDER)
+    scheduler = ref.actor_inbox.actor
+    tenants = [addr(f"retired{i}") for i in range(3)] + [addr("kept")]
+    monitors = [scheduler._start_monitor(t) for t in tenants]
+    d.run_until_idle()
+    scans: list = []
+    unregister = pykka.ActorRegistry.unregister
+    monkeypatch.setattr(pykka.ActorRegistry, "unregister", lambda r: (scans.append(r), unregister(r)))
+    retired = tenants[:3]
+    # Mail for a retired monitor after its Retire is dropped, as for a stopped one.
+    late = Lease("lease-late", retired[0], PROVIDER, (item(1),))
+    scheduler.apply([Retire(t) for t in retired] + [Send(tenant_address(retired[0]), LeasesSynced((late,)))])
+    assert [router.get(tenant_address(t)) for t in tenants] == [None, None, None, monitors[3]]
+    d.run_until_idle()
+    assert [m.is_alive() for m in monitors] == [False, False, False, True]
+    assert scans == []  # out of pykka's registry in one pass, not a scan each
+    assert not any(m in pykka.ActorRegistry.get_all() for m in monitors[:3])
+    assert "lease-late" not in monitors[0].actor_inbox.actor.core.leases  # the LeasesSynced never reached it
+    ref.stop(block=False)
+    d.run_until_idle()
+    assert not monitors[3].is_alive()  # the rest go with the scheduler
