@@ -45,7 +45,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from operator import attrgetter
+from typing import Any, Collection, NamedTuple
 
 from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
@@ -110,6 +111,23 @@ class TenantEntry:
     synced: bool = False
 
 
+class _Synced(NamedTuple):
+    """What a lease sync saw and left: a later sync of the same listing, with no entry moved
+    since, would find every tenant as this one left it."""
+
+    #: ``tenants_changed`` once this sync was done
+    changes: int
+    #: the listing's lease uuids, in its order
+    uuids: tuple[str, ...]
+    #: the tenants it listed
+    listed: frozenset[str]
+    #: the listed tenants it told of leases kept though no longer listed: told again each sync
+    retold: frozenset[str]
+
+
+_uuid_of = attrgetter("uuid")
+
+
 @dataclass
 class Cycle:
     id: int
@@ -166,6 +184,11 @@ class SchedulerDecisions:
         self.provider_uuid = provider_uuid
         self.billing_tick_interval = billing_tick_interval or None
         self.tenants: dict[str, TenantEntry] = {}
+        #: counts changes to ``tenants`` (an entry added, dropped, or its leases or ``synced``
+        #: changed), so that a lease sync can tell whether anything moved since the last one
+        self.tenants_changed = 0
+        #: what the last lease sync saw and left (``_Synced``), for a sync of the same listing
+        self._synced: _Synced | None = None
         self.cycle: Cycle | None = None
         #: cycles begun so far; a cycle's id is its number
         self.cycles_started = 0
@@ -274,6 +297,7 @@ class SchedulerDecisions:
             self.tenants[snap.tenant] = TenantEntry(
                 frozenset(snap.lease_uuids), snap.depletion_at, snap.recheck_at
             )
+            self.tenants_changed += 1
             out.append(Spawn(snap.tenant, (TenantRestored(snap),)))
         return [Note(f"restored {len(out)} tenant(s) from the ledger", event="tenants_restored", fields=(("tenants", len(out)),))] + out
 
@@ -429,31 +453,50 @@ class SchedulerDecisions:
 
     def _sync(self, leases: tuple[Lease, ...], now: datetime) -> list[Effect]:
         """Make the tenant monitors match the chain's active leases."""
+        uuids = tuple(map(_uuid_of, leases))
+        last = self._synced
         groups: defaultdict[str, list[Lease]] = defaultdict(list)
-        for lease in leases:
-            groups[lease.tenant].append(lease)
+        if last is not None and last.changes == self.tenants_changed and last.uuids == uuids:
+            # The same listing as the last sync's, and no entry moved since: every tenant it
+            # left matching still matches (at 10,000 tenants, 40 ms a cycle to find that
+            # out lease by lease). Only those it re-told are re-told, with this listing's leases.
+            listed: Collection[str] = last.listed
+            if last.retold:
+                for lease in leases:
+                    if lease.tenant in last.retold:
+                        groups[lease.tenant].append(lease)
+        else:
+            for lease in leases:
+                groups[lease.tenant].append(lease)
+            listed = groups
         out: list[Effect] = []
         started = 0
         tenants = self.tenants
         vanished: list[str] = []  # leases ended unseen: kept until a read of each says so
+        retold: set[str] = set()  # listed tenants a sync of the same listing tells again
         for tenant, tenant_leases in groups.items():
-            uuids = frozenset([lease.uuid for lease in tenant_leases])
+            uuids_of_tenant = frozenset([lease.uuid for lease in tenant_leases])
             entry = tenants.get(tenant)
             if entry is None:
-                self.tenants[tenant] = TenantEntry(uuids, synced=True)
+                self.tenants[tenant] = TenantEntry(uuids_of_tenant, synced=True)
                 out.append(Spawn(tenant, (LeasesSynced(tuple(tenant_leases)),)))
                 started += 1
-            elif not entry.synced or entry.leases != uuids:
-                kept = entry.leases - uuids
+            elif not entry.synced or entry.leases != uuids_of_tenant:
+                kept = entry.leases - uuids_of_tenant
                 vanished += kept
-                entry.leases, entry.synced = uuids | kept, True
+                if kept:
+                    retold.add(tenant)
+                entry.leases, entry.synced = uuids_of_tenant | kept, True
                 out.append(Send(tenant_address(tenant), LeasesSynced(tuple(tenant_leases), tuple(sorted(kept)))))
-        for tenant in [t for t in self.tenants if t not in groups]:
+        for tenant in [t for t in self.tenants if t not in listed]:
             # No active lease listed any more: each is read before it counts as
             # ended, and the monitor retires when the last one has.
             entry = self.tenants[tenant]
             vanished += entry.leases
             out.append(Send(tenant_address(tenant), LeasesSynced((), tuple(sorted(entry.leases)))))
+        if listed is groups:
+            self.tenants_changed += 1
+            self._synced = _Synced(self.tenants_changed, uuids, frozenset(groups), frozenset(retold))
         # The complete set: the ledger learns the prices of leases first heard
         # of from an event; the leases it no longer lists are read, each, and
         # end for the monitors and the books only when that read says so.
@@ -525,6 +568,7 @@ class SchedulerDecisions:
             entry = self.tenants[tenant]
             if entry.leases & gone:
                 entry.leases = entry.leases - gone
+                self.tenants_changed += 1
                 if not entry.leases:
                     del self.tenants[tenant]
                     out.append(Retire(tenant))
@@ -625,12 +669,6 @@ class SchedulerDecisions:
             return self._exhausted_elsewhere_for(ev.lease_uuid, ev.tenant, ev.reason, now)
         return []
 
-    def _tenant_of(self, lease_uuid: str) -> str | None:
-        for tenant, entry in self.tenants.items():
-            if lease_uuid in entry.leases:
-                return tenant
-        return None
-
     def _exhausted_elsewhere_for(self, lease_uuid: str, tenant: str, reason: str, now: datetime) -> list[Effect]:
         """Another provider's lease of ``tenant`` ended on exhausted credit: withdraw now if we share it."""
         if tenant not in self.tenants:
@@ -676,6 +714,7 @@ class SchedulerDecisions:
         entry = self.tenants.get(lease.tenant)
         if entry is None:
             self.tenants[lease.tenant] = TenantEntry(frozenset({lease.uuid}))
+            self.tenants_changed += 1
             return [
                 Spawn(lease.tenant, (LeaseOpened(lease),)),
                 Note(
@@ -687,6 +726,7 @@ class SchedulerDecisions:
             return []
         entry.leases = entry.leases | {lease.uuid}
         entry.synced = False
+        self.tenants_changed += 1
         return [Send(tenant_address(lease.tenant), LeaseOpened(lease))]
 
     def _ended_by_read(self, message: LeaseRead, now: datetime) -> list[Effect]:

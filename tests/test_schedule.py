@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import msgspec
+import pytest
 
 from datetime import timedelta
 
@@ -145,6 +147,70 @@ def test_no_leases_clears_state_and_retires_monitors() -> None:
     assert sorted(e.tenant for e in out if isinstance(e, Retire)) == ["t1", "t2"]
     assert {m.message.lease_uuid for m in msgs(out, LeaseGone)} == {"l1", "l2"}
     assert core.tenants == {} and core.cycle is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_sync_of_the_same_listing_decides_what_a_full_sync_decides(seed: int) -> None:
+    """The shortcut for a listing the last sync saw (``_Synced``) against the sync lease by lease.
+
+    Two cores take the same messages: cycles whose listing is often the last
+    one again (its leases' contents moved or not), and between them leases
+    opened and ended, read or not, and reads ahead of the listing. One is made to sync lease by
+    lease every time; every effect of the two must be the same.
+    """
+    rng = random.Random(seed)
+    fast, full = SchedulerDecisions(settings(), PROVIDER), SchedulerDecisions(settings(), PROVIDER)
+    pool = [lease(f"l{i:02d}", f"t{i % 7}") for i in range(30)]
+    listing = rng.sample(pool, 12)
+    now = T0
+    quiet = 0
+
+    def both(message) -> list:
+        full._synced = None  # lease by lease, always
+        before = fast._synced
+        a, b = fast.handle(message, now), full.handle(message, now)
+        assert a == b, f"seed {seed}: {message!r}"
+        return [before, fast._synced]
+
+    both(RunCycle())
+    for step in range(40):
+        now += timedelta(minutes=1)
+        roll = rng.random()
+        if roll < 0.15 and listing:  # a lease ended, and its read says so
+            gone = rng.choice(listing)
+            listing = [x for x in listing if x is not gone]
+            if rng.random() < 0.7:
+                both(LeaseRead(gone.uuid, msgspec.structs.replace(gone, state="CLOSED", closed_at=now)))
+        elif roll < 0.3:  # a lease opened, read from its event
+            opened = rng.choice(pool)
+            if opened not in listing:
+                listing = listing + [opened]
+                both(LeaseRead(opened.uuid, opened))
+        elif roll < 0.45:  # the same leases, their contents moved (a settlement)
+            listing = [msgspec.structs.replace(x, last_settled_at=now) for x in listing]
+        elif roll < 0.5:  # a lease the listing no longer shows, unread yet
+            listing = listing[1:]
+        elif roll < 0.6:  # a read ahead of the listing: a lease opened, or ended, that it still shows as before
+            read = rng.choice(pool)
+            if read in listing or rng.random() < 0.5:
+                both(LeaseRead(read.uuid, msgspec.structs.replace(read, state="CLOSED", closed_at=now)))
+            else:
+                both(LeaseRead(read.uuid, read))
+        if fast.cycle is None:
+            both(Reconcile("test"))
+        c = fast.cycle
+        if c is not None and c.phase == "withdrawing":
+            both(WithdrawFinished(c.id, 1, (), 0, ()))
+        if c is None or c.phase != "reading":
+            continue
+        before, after = both(ActiveLeasesRead(c.id, tuple(listing)))
+        quiet += before is not None and after is before
+        for tenant in sorted(fast.tenants):
+            both(TenantChecked(c.id, tenant))
+        if fast.cycle is not None and fast.cycle.phase == "closing":
+            both(ClosuresFlushed(c.id))
+    assert fast.tenants == full.tenants
+    assert quiet >= 3, f"seed {seed}: only {quiet} sync(s) of a listing already seen"
 
 
 def test_a_lease_no_longer_listed_but_read_as_active_stays_watched() -> None:
