@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 import pykka
@@ -79,7 +79,7 @@ class SchedulerActor(CoreActor):
     def _start_pooled_monitor(self, tenant: str) -> pykka.ActorRef[Any]:
         return start_actor(self.router, CreditMonitorActor, self.dispatcher, self.router, self.clock, tenant, self.settings)
 
-    def apply(self, effects: list[Effect], now: Any = None, decided_on: Any = None) -> None:
+    def apply(self, effects: list[Effect], now: datetime | None = None, decided_on: Any = None) -> None:
         try:
             super().apply(effects, now, decided_on)
         finally:
@@ -103,5 +103,5 @@ class SchedulerActor(CoreActor):
     def on_stop(self) -> None:
         # The monitors are this actor's children: they go with it, all at once.
         super().on_stop()
-        monitors = [self.router.remove(address) for address in self.router.addresses() if address.startswith("tenant/")]
+        monitors = [self.router.remove(a) for a in self.router.addresses() if a.startswith("tenant/")]
         stop_pooled([ref for ref in monitors if ref is not None])
