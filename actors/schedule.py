@@ -115,7 +115,7 @@ class _Synced(NamedTuple):
     """What a lease sync saw and left: a later sync of the same listing, with no entry moved
     since, would find every tenant as this one left it."""
 
-    #: ``tenants_changed`` once this sync was done
+    #: ``_tenants_changed`` once this sync was done
     changes: int
     #: the listing's lease uuids, in its order
     uuids: tuple[str, ...]
@@ -186,7 +186,7 @@ class SchedulerDecisions:
         self.tenants: dict[str, TenantEntry] = {}
         #: counts changes to ``tenants`` (an entry added, dropped, or its leases or ``synced``
         #: changed), so that a lease sync can tell whether anything moved since the last one
-        self.tenants_changed = 0
+        self._tenants_changed = 0
         #: what the last lease sync saw and left (``_Synced``), for a sync of the same listing
         self._synced: _Synced | None = None
         self.cycle: Cycle | None = None
@@ -297,7 +297,7 @@ class SchedulerDecisions:
             self.tenants[snap.tenant] = TenantEntry(
                 frozenset(snap.lease_uuids), snap.depletion_at, snap.recheck_at
             )
-            self.tenants_changed += 1
+            self._tenants_changed += 1
             out.append(Spawn(snap.tenant, (TenantRestored(snap),)))
         return [Note(f"restored {len(out)} tenant(s) from the ledger", event="tenants_restored", fields=(("tenants", len(out)),))] + out
 
@@ -456,7 +456,7 @@ class SchedulerDecisions:
         uuids = tuple(map(_uuid_of, leases))
         last = self._synced
         groups: defaultdict[str, list[Lease]] = defaultdict(list)
-        if last is not None and last.changes == self.tenants_changed and last.uuids == uuids:
+        if last is not None and last.changes == self._tenants_changed and last.uuids == uuids:
             # The same listing as the last sync's, and no entry moved since: every tenant it
             # left matching still matches (at 10,000 tenants, 40-60 ms a cycle to find that
             # out lease by lease). Only those it re-told are re-told, with this listing's leases.
@@ -495,8 +495,8 @@ class SchedulerDecisions:
             vanished += entry.leases
             out.append(Send(tenant_address(tenant), LeasesSynced((), tuple(sorted(entry.leases)))))
         if listed is groups:
-            self.tenants_changed += 1
-            self._synced = _Synced(self.tenants_changed, uuids, frozenset(groups), frozenset(retold))
+            self._tenants_changed += 1
+            self._synced = _Synced(self._tenants_changed, uuids, frozenset(groups), frozenset(retold))
         # The complete set: the ledger learns the prices of leases first heard
         # of from an event; the leases it no longer lists are read, each, and
         # end for the monitors and the books only when that read says so.
@@ -568,7 +568,7 @@ class SchedulerDecisions:
             entry = self.tenants[tenant]
             if entry.leases & gone:
                 entry.leases = entry.leases - gone
-                self.tenants_changed += 1
+                self._tenants_changed += 1
                 if not entry.leases:
                     del self.tenants[tenant]
                     out.append(Retire(tenant))
@@ -714,7 +714,7 @@ class SchedulerDecisions:
         entry = self.tenants.get(lease.tenant)
         if entry is None:
             self.tenants[lease.tenant] = TenantEntry(frozenset({lease.uuid}))
-            self.tenants_changed += 1
+            self._tenants_changed += 1
             return [
                 Spawn(lease.tenant, (LeaseOpened(lease),)),
                 Note(
@@ -726,7 +726,7 @@ class SchedulerDecisions:
             return []
         entry.leases = entry.leases | {lease.uuid}
         entry.synced = False
-        self.tenants_changed += 1
+        self._tenants_changed += 1
         return [Send(tenant_address(lease.tenant), LeaseOpened(lease))]
 
     def _ended_by_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
