@@ -117,8 +117,10 @@ class _Synced(NamedTuple):
 
     #: ``_tenants_changed`` once this sync was done
     changes: int
-    #: the listing's lease uuids, in its order
+    #: the listing's lease uuids, in its order, and each lease's tenant (which the chain never
+    #: changes, but a listing that said otherwise would be a new listing)
     uuids: tuple[str, ...]
+    tenants: tuple[str, ...]
     #: the tenants it listed
     listed: frozenset[str]
     #: the listed tenants it told of leases kept though no longer listed: told again each sync
@@ -126,6 +128,7 @@ class _Synced(NamedTuple):
 
 
 _uuid_of = attrgetter("uuid")
+_lease_tenant = attrgetter("tenant")
 
 
 @dataclass
@@ -453,10 +456,11 @@ class SchedulerDecisions:
 
     def _sync(self, leases: tuple[Lease, ...], now: datetime) -> list[Effect]:
         """Make the tenant monitors match the chain's active leases."""
-        uuids = tuple(map(_uuid_of, leases))
+        uuids, owners = tuple(map(_uuid_of, leases)), tuple(map(_lease_tenant, leases))
         last = self._synced
         groups: defaultdict[str, list[Lease]] = defaultdict(list)
-        if last is not None and last.changes == self._tenants_changed and last.uuids == uuids:
+        if (last is not None and last.changes == self._tenants_changed
+                and last.uuids == uuids and last.tenants == owners):
             # The same listing as the last sync's, and no entry moved since: every tenant it
             # left matching still matches (at 10,000 tenants, 40-60 ms a cycle to find that
             # out lease by lease). Only those it re-told are re-told, with this listing's leases.
@@ -496,7 +500,7 @@ class SchedulerDecisions:
             out.append(Send(tenant_address(tenant), LeasesSynced((), tuple(sorted(entry.leases)))))
         if listed is groups:
             self._tenants_changed += 1
-            self._synced = _Synced(self._tenants_changed, uuids, frozenset(groups), frozenset(retold))
+            self._synced = _Synced(self._tenants_changed, uuids, owners, frozenset(groups), frozenset(retold))
         # The complete set: the ledger learns the prices of leases first heard
         # of from an event; the leases it no longer lists are read, each, and
         # end for the monitors and the books only when that read says so.

@@ -187,8 +187,9 @@ def run(mode: str, tenants: int, per_tenant: int, cycles: int, start_rounds: int
     # its start), and those monitors stopped and let go before the tenants' own are
     # started: measured after them, the peak RSS held 2 N monitors, which no sidecar
     # of N tenants ever does. One start is a fraction of a second, which a burst of the
-    # machine's other work moves by half (0.18-0.52 s over 14 runs of 10,000): pooled,
-    # it is measured ``start_rounds`` times and the median is the figure.
+    # machine's other work moves by nearly three times (0.18-0.52 s over 14 runs of
+    # 10,000): pooled, it is measured ``start_rounds`` times, and the median is the
+    # figure (the CPU figure is the median of the rounds' CPU times, maybe another round's).
     spawn_tenants = [demo_address(f"bench/spawn{i:06d}") for i in range(tenants)]  # made before the clock starts
 
     def start_round() -> tuple[float, float]:

@@ -274,3 +274,13 @@ def test_an_actor_without_on_start_is_runnable_from_its_first_message_and_one_wi
         ref.stop(block=False)
     d.run_until_idle()
     assert not plain.is_alive() and not starting.is_alive()
+
+
+def test_stop_pooled_takes_out_the_registered_ref_whichever_ref_of_the_actor_it_is_given() -> None:
+    clock = ManualClock()
+    d = ManualDispatcher(clock.now)
+    ref = Counter.start(d, "c")
+    twin = pykka.ActorRef(ref.actor_inbox.actor)  # another ref to the same actor
+    stop_pooled([twin])
+    d.run_until_idle()
+    assert not ref.is_alive() and ref not in pykka.ActorRegistry.get_all()

@@ -213,6 +213,17 @@ def test_a_sync_of_the_same_listing_decides_what_a_full_sync_decides(seed: int) 
     assert quiet >= 3, f"seed {seed}: only {quiet} sync(s) of a listing already seen"
 
 
+def test_a_listing_of_the_same_uuids_under_other_tenants_is_a_new_listing() -> None:
+    """The chain never moves a lease to another tenant; a listing that did is synced lease by lease."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(RunCycle(), T0)
+    run_cycle(core, T0, [lease("l1", "t1")])
+    core.handle(Reconcile("test"), T0)
+    out = run_cycle(core, T0, [lease("l1", "t2")])
+    assert [e.tenant for e in out if isinstance(e, Spawn)] == ["t2"]
+    assert [m.message for m in msgs(out, LeasesSynced)] == [LeasesSynced((), ("l1",))]  # t1, kept until read
+
+
 def test_a_lease_no_longer_listed_but_read_as_active_stays_watched() -> None:
     """The listing and the lease's own read disagree: the read is the record."""
     core = SchedulerDecisions(settings(), PROVIDER)
