@@ -306,7 +306,7 @@ def run_replay(
         if jobs > 1:
             replayer = ParallelReplayer(
                 args.logs, jobs, build_core, config=config, overrides=overrides, timer_slack=args.timer_slack,
-                skip_bad=args.skip_bad,
+                skip_bad=args.skip_bad, probed=reader,
             )
             events = replayer.replay()
             progress = _Progress(stderr, replayer, enabled=True)

@@ -197,7 +197,10 @@ class ParallelReplayer(ReplayTotals):
         overrides: dict[str, dict[str, Any]] | None = None,
         timer_slack: timedelta | None = None,
         skip_bad: bool = False,
+        probed: CaptureReader | None = None,
     ) -> None:
+        """``probed``: a reader of the same ``paths`` the caller has opened already (its files'
+        headers checked, their sizes known) and not read: the parent then opens none of its own."""
         if jobs < 2:
             raise ValueError(f"a parallel replay needs 2 workers or more, not {jobs}")
         if not parallel_available():
@@ -209,6 +212,7 @@ class ParallelReplayer(ReplayTotals):
         self._overrides = overrides
         self._timer_slack = timer_slack
         self.skip_bad = skip_bad
+        self._probed = probed
         ReplayTotals.__init__(self)  # a parallel replay has no --until: it reads to the end
         self.skipped = SkipCounts()
         self.total_bytes = 0
@@ -307,7 +311,8 @@ class ParallelReplayer(ReplayTotals):
             self.skipped = reader.skipped
 
     def _parallel(self) -> Iterator[Any]:
-        reader = CaptureReader(self.paths, skip_bad=self.skip_bad, file_parts=True)  # the files' own checks, here
+        # The files' own checks, here, before a worker is forked.
+        reader = self._probed or CaptureReader(self.paths, skip_bad=self.skip_bad, file_parts=True)
         self.total_bytes = reader.total_bytes
         context = multiprocessing.get_context("fork")
         workers = []
