@@ -137,6 +137,11 @@ def judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collecti
     return _judge(account, tenant_leases, ours, now)[0]
 
 
+def _read_key(account: CreditAccount, tenant_leases: Sequence[Lease]) -> tuple[Any, ...]:
+    """What ``judge`` reads of a read: the account's height and counts decide nothing."""
+    return (account.balances, account.reserved_amounts, account.unattributed_reserved_amounts, tenant_leases)
+
+
 class CreditJudge:
     """``judge`` for one tenant, keeping its last read's verdicts for as long as they hold.
 
@@ -164,8 +169,7 @@ class CreditJudge:
     def __call__(
         self, account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collection[str], now: datetime
     ) -> list[LeaseCredit]:
-        # What judge reads of the account: its height and counts decide nothing.
-        key = (account.balances, account.reserved_amounts, account.unattributed_reserved_amounts, tenant_leases)
+        key = _read_key(account, tenant_leases)
         if self._at <= now < self._until and key == self._key:
             mine = frozenset(ours)
             if mine == self._ours:
@@ -176,6 +180,14 @@ class CreditJudge:
         self._key, self._ours, self._at, self._verdicts = key, mine, now, verdicts
         self._until = now + timedelta(microseconds=hold_us) if hold_us < _HORIZON_US else now + DEPLETION_HORIZON
         return verdicts
+
+    def holds(self, account: CreditAccount, tenant_leases: Sequence[Lease], now: datetime) -> bool:
+        """Whether a read at ``now`` would be given the kept verdicts again (the same leases of ours).
+
+        The check ``__call__`` makes first, without making the verdicts: for a
+        monitor that knows the read would change nothing else either.
+        """
+        return self._at <= now < self._until and self._key == _read_key(account, tenant_leases)
 
     @staticmethod
     def _again(v: LeaseCredit, account: CreditAccount, leases: Sequence[Lease], ours: frozenset[str],
