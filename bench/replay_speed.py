@@ -50,6 +50,7 @@ Every stage runs with the collector set as a replay sets it
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -164,6 +165,8 @@ def rounds(stages: dict) -> tuple[dict, dict]:
 
 
 def main() -> int:
+    # No options: --help says what it measures (the module's doc) instead of running it.
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     directory = tempfile.mkdtemp(prefix="lw-replay-bench-")
     try:
         paths, took = make_capture(directory)

@@ -1,34 +1,35 @@
-"""What a compiled message codec would buy: capture's codec against msgspec Structs, on real records.
+"""The codec of capture formats 1-3 against msgspec Structs, on real records: what issue 16's switch bought.
 
-Run from the repository root:  python bench/struct_codec.py  (about half a minute; needs
-``pip install msgspec``, which leasewarden itself does not use)
+Run from the repository root:  python bench/struct_codec.py  (about half a minute)
 
-Capture (issue 5) spends most of its time in CPython building or walking
-message objects: the sidecar's messages are frozen slots dataclasses, and
-msgpack's C code can neither build nor walk them without a Python call per
-message object. This bench measures the alternative an issue author would
-have to allow: the same messages as ``msgspec.Struct`` types (array-like,
-frozen, tagged by message name), which msgspec's C code encodes and
-decodes whole. It answers "how much faster would capture and the reader
-be", not "how to switch": the mirrors here are generated from the
+Written before the messages became ``msgspec.Struct`` types, to measure what
+the switch would buy: capture's codec of then (``capture.wire``, formats 1-3,
+which the reader keeps for those files) built or walked every message object
+in Python, one call per message. The messages are Structs now (array-like,
+frozen, tagged by message name), and capture formats 4 and 5 are msgspec's
+(``capture.typed``). The mirrors here are still generated from the
 registered message types (same fields, same defaults) and filled from the
-records of a real capture, the one ``bench/replay_speed.py`` makes.
+records of a real capture, the one ``bench/replay_speed.py`` makes, so the
+comparison reads as it did: the old codec against msgspec's C code encoding
+and decoding the same messages whole.
 
 Stages, each over the same deliveries, in frames of ``FRAME`` records, the
 best and median of ``REPEATS`` rounds of all of them (CPU time):
 
 1. baseline: ``msgpack.unpackb`` of the capture's frame bodies, nothing built;
-2. capture's encoder (``capture.wire.CaptureEncoder``) of the deliveries;
-3. capture's decoder (``capture.wire.CaptureDecoder``) of its bodies, with
+2. the old encoder (``capture.wire.CaptureEncoder``) of the deliveries;
+3. the old decoder (``capture.wire.CaptureDecoder``) of its bodies, with
    every message built (the reader's work, without framing and CRC);
 4. msgspec encoding the Struct mirrors;
 5. msgspec decoding them into Struct mirrors;
 6. building one ``TenantChecked`` (a tenant monitor's verdict, made for
-   every credit read): the dataclass against its Struct mirror.
+   every credit read): the message type against its generated mirror
+   (once a frozen dataclass against a Struct; both Structs now).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -110,6 +111,8 @@ def to_mirror(value: Any, mirrors: dict[type, type]) -> Any:
 
 
 def main() -> int:
+    # No options: --help says what it measures (the module's doc) instead of running it.
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     directory = tempfile.mkdtemp(prefix="lw-struct-bench-")
     try:
         paths, _ = make_capture(directory)
@@ -171,8 +174,8 @@ def main() -> int:
 
     stages = {
         "msgpack alone (baseline)": baseline,
-        "capture encoder": capture_encode,
-        "capture decoder": capture_decode,
+        "formats 1-3 encoder": capture_encode,
+        "formats 1-3 decoder": capture_decode,
         "Struct encode (msgspec)": struct_encode,
         "Struct decode (msgspec)": struct_decode,
         "build TenantChecked": build_dataclass,
@@ -189,8 +192,8 @@ def main() -> int:
     for name in stages:
         print(f"{name:<26} {best[name] * 1e6:7.2f} us/record {best[name] / base:5.2f}x"
               f"   {median[name] * 1e6:7.2f} us/record {median[name] / base_median:5.2f}x   (of the baseline)")
-    for ours, theirs, what in (("capture encoder", "Struct encode (msgspec)", "encoding"),
-                               ("capture decoder", "Struct decode (msgspec)", "decoding"),
+    for ours, theirs, what in (("formats 1-3 encoder", "Struct encode (msgspec)", "encoding"),
+                               ("formats 1-3 decoder", "Struct decode (msgspec)", "decoding"),
                                ("build TenantChecked", "build its Struct mirror", "building a verdict")):
         print(f"{what}: Structs take {best[theirs] / best[ours]:.2f} of the time (medians: "
               f"{median[theirs] / median[ours]:.2f})")
