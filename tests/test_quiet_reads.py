@@ -26,15 +26,8 @@ from chain.errors import ChainError
 from chain.model import BillingModel, ChainParams
 from messages.chain import ChainFailure, Lease
 from messages.coins import Coin
-from messages.credit import (
-    CloseFailed,
-    CreditRead,
-    CreditReadFailed,
-    LeaseOpened,
-    LeasesClosed,
-    LeasesSynced,
-    TenantRestored,
-)
+from messages.credit import (CloseFailed, CreditRead, CreditReadFailed, LeaseOpened, LeasesClosed, LeasesSynced,
+                             TenantRestored)
 from runtime.clock import ManualClock, utc
 from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, settings
 
