@@ -182,10 +182,11 @@ class CreditJudge:
         return verdicts
 
     def holds(self, account: CreditAccount, tenant_leases: Sequence[Lease], now: datetime) -> bool:
-        """Whether a read at ``now`` would be given the kept verdicts again (the same leases of ours).
+        """Whether a read at ``now`` would be given the kept verdicts again, for the same leases of ours.
 
-        The check ``__call__`` makes first, without making the verdicts: for a
-        monitor that knows the read would change nothing else either.
+        The check ``__call__`` makes first, without making the verdicts. It
+        does not compare the leases of ours (``__call__`` does): the caller
+        knows they did not change since the verdicts were made.
         """
         return self._at <= now < self._until and self._key == _read_key(account, tenant_leases)
 

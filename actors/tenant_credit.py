@@ -156,7 +156,8 @@ class TenantCredit:
         self._read_coins: tuple[Coin, ...] | None = None
         #: (``last_balances``, it as a coin list) for the snapshot, made once per new balances
         self._listed: tuple[dict[str, int] | None, tuple[Coin, ...] | None] = (None, None)
-        #: the count of lease changes at the last message, if it was a quiet read (``_quiet_read``)
+        #: the count of lease changes after the last message, if that was a quiet read (set by
+        #: ``_on_read`` and ``_quiet_read``; every message clears it first)
         self._quiet: int | None = None
 
     def _leases_changed(self) -> None:
@@ -209,7 +210,8 @@ class TenantCredit:
     # -- messages -----------------------------------------------------------------
     def handle(self, message: Any, now: datetime) -> list[Effect]:
         out: list[Effect] = []
-        # Any message but a quiet read ends the run of quiet reads (even one that raises).
+        # Any message but a quiet read ends the run of quiet reads: the mark is cleared before
+        # the message is handled (and ``recover`` clears one set by a read whose save raised).
         quiet, self._quiet = self._quiet, None
         if isinstance(message, CreditRead):
             if 0 < message.height < self.read_height:
@@ -377,14 +379,18 @@ class TenantCredit:
         """A read after a quiet one, with no message between: if it is the same read, what ``_on_read`` does.
 
         Between two settlements nearly every read of a tenant is its last
-        read again, later. When that read changed nothing but the sample's
-        time (``_on_read`` found no lease gone, the same balances and lease
-        details, and an estimate not worth a note: it set ``_quiet``), and the
-        credit judge would give its kept verdicts again, ``_on_read`` would
-        find all of that once more and send the scheduler a verdict with no
-        note. This does only that. Judging the read again, to find nothing,
-        took a quarter of the decision cores' time in a replay
-        (``bench/replay_speed.py``, 14.5 against 10.9 us a record).
+        read again, later. A read is quiet when ``_on_read`` ended it on one
+        of its two paths without a note (no lease gone, the estimate not worth
+        a note) and it changed no lease's details. It may have changed other
+        state (new balances, the failure count, a re-check, a closure or a
+        grace window cleared), but it leaves it where the same read, judged
+        again, finds the judge's kept verdicts, no lease gone, the same
+        balances, details and estimate, and only stamps the sample and sends
+        the scheduler a verdict with no note. So when the credit judge would
+        give its kept verdicts again (``CreditJudge.holds``), this does only
+        that. Judging the read again, to find nothing, took a quarter of the
+        decision cores' time in a replay (``bench/replay_speed.py``, 14.5
+        against 10.9 us a record).
 
         Not the same read (another balance, reservation or lease detail), or
         past the time its verdicts hold (a runway, or the horizon in reach):
@@ -398,12 +404,23 @@ class TenantCredit:
         self._quiet = self._lease_changes
         return True
 
+    def _quiet_after(self, changes: int) -> int | None:
+        """The mark of a quiet read, unless the read changed lease details (``changes``: the count before).
+
+        Such a read is not the same read again to the next: it will find the
+        details it set. Unless it lists a lease twice with other details (two
+        pages of a listing apart), which changes them back and forth on every
+        read, and every such change is saved.
+        """
+        return self._lease_changes if self._lease_changes == changes else None
+
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
         judge = self._judge
         if judge is None:
             judge = self._judge = CreditJudge()
         verdicts = judge(message.account, message.leases, self.leases, now)
+        changes = self._lease_changes
         gone = [v for v in verdicts if v.gone]
         if message.leases_listed and (self.zero_since is not None or self.closing or gone):
             # Leases from the provider's listing, read before the account: good for
@@ -486,7 +503,7 @@ class TenantCredit:
                 # estimate is the soonest only when every runway is clamped, since one inside
                 # the horizon is sooner: moved with now, it stays the soonest. So the same
                 # read later is quiet too.)
-                self._quiet = self._lease_changes
+                self._quiet = self._quiet_after(changes)
                 self._verdict(message.cycle, out, "")
                 return
             unchanged = not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
@@ -494,7 +511,7 @@ class TenantCredit:
             if not prefix and unchanged:
                 # Nothing an operator needs to read again; the estimate the
                 # wakes are planned on stays the one already logged.
-                self._quiet = self._lease_changes
+                self._quiet = self._quiet_after(changes)
                 self._verdict(message.cycle, out, "")
                 return
             self.depletion_at = new_at

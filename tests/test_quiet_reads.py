@@ -3,7 +3,10 @@
 Two monitors of one tenant take the same random messages: reads of the
 tenant on the chain model at random later times (settlements, top-ups,
 new and closed leases between), the same read again, failed, stale and
-implausible reads, lease syncs, closures and their failures, restores. One
+implausible reads, reads at the same or an earlier time (replay feeds the
+captured times), reads listing a lease twice, reads from the providers'
+listings, lease syncs, closures and their failures, restores, on four sets
+of settings. One
 takes the quiet path where it may; the other is made to judge every read
 (``_on_read``). After every message both must have given the same effects
 and hold the same state. Every seed must take the quiet path often, and
@@ -26,8 +29,8 @@ from chain.errors import ChainError
 from chain.model import BillingModel, ChainParams
 from messages.chain import ChainFailure, Lease
 from messages.coins import Coin
-from messages.credit import (CloseFailed, CreditRead, CreditReadFailed, LeaseOpened, LeasesClosed, LeasesSynced,
-                             TenantRestored)
+from messages.credit import (CloseFailed, CreditRead, CreditReadFailed, LeaseGone, LeaseOpened, LeasesClosed,
+                             LeasesSynced, TenantRestored)
 from runtime.clock import ManualClock, utc
 from tests.support import OTHER, OTHER_ADDRESS, PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, settings
 
@@ -38,9 +41,15 @@ T0 = utc(2026, 3, 1)
 S = settings()
 FAILURE = ChainFailure("credit_account", "unavailable", transient=True)
 
-#: What a monitor holds that decides something; its caches and the quiet mark are left out.
+#: What a monitor holds that decides something (and ``_lease_changes``, which decides
+#: what is saved); its caches and the quiet mark are left out.
 DECIDING = ("leases", "last_balances", "last_sample_at", "consecutive_errs", "zero_since", "depletion_at",
-            "recheck_at", "closing", "_closing_cycle", "_clamped", "read_height", "_doubted")
+            "recheck_at", "closing", "_closing_cycle", "_clamped", "read_height", "_doubted", "_lease_changes")
+
+#: The defaults, and settings at their edges: no buffer, a day's; no grace window; a threshold of one.
+SETTINGS = (S, settings(depletion_check_buffer="0s", credit_check_zero_grace_period="40s"),
+            settings(depletion_check_buffer="24h", credit_check_error_threshold=1),
+            settings(credit_check_zero_grace_period="0s"))
 
 
 class JudgesEveryRead(TenantCredit):
@@ -90,14 +99,15 @@ class Case:
                                              legacy=rnd.random() < 0.4)]
         if rnd.random() < 0.6:
             self.model.create_lease(self.tenant, OTHER, [item(rnd.randrange(0, 4))])
-        self.fast = CountsQuietReads(self.tenant, S)
-        self.slow = JudgesEveryRead(self.tenant, S)
+        chosen = SETTINGS[seed % len(SETTINGS)]
+        self.fast = CountsQuietReads(self.tenant, chosen)
+        self.slow = JudgesEveryRead(self.tenant, chosen)
         self.cycle = 0
         self.last_read: CreditRead | None = None
         self.kinds: set[str] = set()
 
-    def feed(self, message: Any, kind: str) -> None:
-        now = self.clock.now()
+    def feed(self, message: Any, kind: str, earlier: timedelta = timedelta(0)) -> None:
+        now = self.clock.now() - earlier
         self.kinds.add(kind)
         got, want = self.fast.handle(message, now), self.slow.handle(message, now)
         assert got == want, (kind, now)
@@ -117,11 +127,29 @@ class Case:
     def step(self) -> None:
         rnd = self.rnd
         self.clock.advance(timedelta(microseconds=rnd.choice((
-            rnd.randrange(1, 120_000_000), rnd.randrange(1, 120_000_000), rnd.randrange(1, 4 * 3600 * 10**6)))))
+            0, rnd.randrange(1, 120_000_000), rnd.randrange(1, 120_000_000), rnd.randrange(1, 4 * 3600 * 10**6)))))
         roll = rnd.random()
-        if roll < 0.50:
+        if roll < 0.42:
             self.last_read = self.read()
             self.feed(self.last_read, "read")
+        elif roll < 0.44 and self.last_read is not None:
+            self.feed(msgspec.structs.replace(self.last_read, cycle=self.cycle), "read earlier",
+                      earlier=timedelta(microseconds=rnd.randrange(1, 30_000_000)))
+        elif roll < 0.46:
+            read = self.read()
+            # Our leases from the provider's listing, read before the account.
+            self.feed(msgspec.structs.replace(read, leases=self.active_ours(), leases_listed=True), "listed read")
+        elif roll < 0.48 and self.active_ours():
+            # One lease of ours on two pages of a listing, settled between them.
+            read, lease = self.read(), self.active_ours()[0]
+            moved = msgspec.structs.replace(lease, last_settled_at=lease.last_settled_at - timedelta(seconds=5))
+            twice = msgspec.structs.replace(read, leases=read.leases + (moved,))
+            self.feed(twice, "lease listed twice")
+            # Read again at the same time: it changes the lease's details back and forth again.
+            self.feed(msgspec.structs.replace(twice, cycle=twice.cycle + 1), "lease listed twice")
+            self.feed(msgspec.structs.replace(twice, cycle=twice.cycle + 2), "lease listed twice")
+        elif roll < 0.50:
+            self.feed(msgspec.structs.replace(self.read(), height=0), "height unknown")
         elif roll < 0.60 and self.last_read is not None:
             # The very read again: the node answered from the same block.
             self.feed(msgspec.structs.replace(self.last_read, cycle=self.last_read.cycle + 1), "same read")
@@ -166,13 +194,15 @@ class Case:
             theirs = msgspec.structs.replace(base, uuid=f"{base.uuid}-theirs", provider_uuid=OTHER,
                                              items=(item(rnd.randrange(1, 9)),))
             self.feed(msgspec.structs.replace(read, leases=read.leases + (theirs,)), "their lease read")
-        elif roll < 0.96 and self.last_read is not None:
+        elif roll < 0.952 and self.last_read is not None:
             # The same read with more held back: only the account's reservations tell.
             read = self.read()
             held = (Coin("umfx", rnd.randrange(1, 40_000)),)
             field = rnd.choice(("reserved_amounts", "unattributed_reserved_amounts"))
             self.feed(msgspec.structs.replace(read, account=msgspec.structs.replace(read.account, **{field: held})),
                       "reserved read")
+        elif roll < 0.965 and self.fast.leases:
+            self.feed(LeaseGone(next(iter(self.fast.leases)), "expired"), "lease gone")
         elif roll < 0.98:
             # Another provider's lease comes or goes: the tenant's leases change, not always its balance.
             theirs = [r.lease for r in self.model.leases_by_tenant(self.tenant, "ACTIVE")[0]
@@ -187,7 +217,7 @@ class Case:
             self.kinds.add("their lease")
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(12))
 def test_a_quiet_read_gives_what_judging_it_again_gives(seed: int) -> None:
     case = Case(random.Random(seed), seed)
     case.feed(LeasesSynced(case.active_ours()), "synced")
@@ -195,8 +225,9 @@ def test_a_quiet_read_gives_what_judging_it_again_gives(seed: int) -> None:
         case.step()
     assert case.fast.quiet_reads >= 40, case.fast.quiet_reads
     # The messages that end a run of quiet reads all came, and the changes that make a read another.
-    assert {"same read", "failed", "stale", "implausible", "synced", "restored", "their lease",
-            "their lease read", "reserved read"} <= case.kinds, case.kinds
+    assert {"same read", "read earlier", "listed read", "lease listed twice", "height unknown", "failed", "stale",
+            "implausible", "synced", "lease gone", "restored", "their lease", "their lease read",
+            "reserved read"} <= case.kinds, case.kinds
 
 
 def test_a_read_whose_handling_raised_is_followed_by_a_judged_read() -> None:
