@@ -389,8 +389,8 @@ class TenantCredit:
         the scheduler a verdict with no note. So when the credit judge would
         give its kept verdicts again (``CreditJudge.holds``), this does only
         that. Judging the read again, to find nothing, took a quarter of the
-        decision cores' time in a replay (``bench/replay_speed.py``, 14.5
-        against 10.9 us a record).
+        decision cores' time in a replay (``bench/replay_speed.py``: 13.8
+        against 9.8 us a record).
 
         Not the same read (another balance, reservation or lease detail), or
         past the time its verdicts hold (a runway, or the horizon in reach):
@@ -405,12 +405,13 @@ class TenantCredit:
         return True
 
     def _quiet_after(self, changes: int) -> int | None:
-        """The mark of a quiet read, unless the read changed lease details (``changes``: the count before).
+        """The mark of a quiet read, unless the read changed lease details (``changes``: the count before it).
 
-        Such a read is not the same read again to the next: it will find the
-        details it set. Unless it lists a lease twice with other details (two
-        pages of a listing apart), which changes them back and forth on every
-        read, and every such change is saved.
+        Judged again, such a read would most often change nothing more. But
+        one that lists a lease of ours twice with other details (two pages of
+        a listing apart) changes them back and forth every time, and every
+        change is saved. Leaving every read that changed details unmarked
+        costs one more judged read after each settlement.
         """
         return self._lease_changes if self._lease_changes == changes else None
 
