@@ -1,16 +1,15 @@
 """A monitor's quiet reads (``TenantCredit._quiet_read``) decide what judging the read again decides.
 
-Two monitors of one tenant take the same random messages: reads of the
-tenant on the chain model at random later times (settlements, top-ups,
-new and closed leases between), the same read again, failed, stale and
-implausible reads, reads at the same or an earlier time (replay feeds the
-captured times), reads listing a lease twice, reads from the providers'
-listings, lease syncs, closures and their failures, restores, on four sets
-of settings. One
-takes the quiet path where it may; the other is made to judge every read
-(``_on_read``). After every message both must have given the same effects
-and hold the same state. Every seed must take the quiet path often, and
-cover the cases that end a run of quiet reads.
+Two monitors of one tenant take the same random messages, on four sets of
+settings: reads of the tenant on the chain model at random later times
+(settlements, top-ups, new and closed leases between), the same read again,
+reads at the same or an earlier time (replay feeds the captured times),
+failed, stale and implausible reads, reads listing a lease twice, reads
+from the providers' listings, lease syncs, closures and their failures,
+restores. One takes the quiet path where it may; the other is made to
+judge every read (``_on_read``). After every message both must have given
+the same effects and hold the same state. Every seed must take the quiet
+path often, and meet every kind of message.
 """
 
 from __future__ import annotations
