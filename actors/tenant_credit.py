@@ -156,9 +156,9 @@ class TenantCredit:
         self._read_coins: tuple[Coin, ...] | None = None
         #: (``last_balances``, it as a coin list) for the snapshot, made once per new balances
         self._listed: tuple[dict[str, int] | None, tuple[Coin, ...] | None] = (None, None)
-        #: the count of lease changes after the last message, if that was a quiet read (set by
-        #: ``_on_read`` and ``_quiet_read``; every message clears it first)
-        self._quiet: int | None = None
+        #: the last message was a quiet read (set by ``_on_read`` and ``_quiet_read``; every
+        #: message clears it first, so no change can come between it and the next read)
+        self._quiet = False
 
     def _leases_changed(self) -> None:
         self._charged = self._sorted = None
@@ -212,7 +212,7 @@ class TenantCredit:
         out: list[Effect] = []
         # Any message but a quiet read ends the run of quiet reads: the mark is cleared before
         # the message is handled (and ``recover`` clears one set by a read whose save raised).
-        quiet, self._quiet = self._quiet, None
+        quiet, self._quiet = self._quiet, False
         if isinstance(message, CreditRead):
             if 0 < message.height < self.read_height:
                 self._on_read_failed(self._stale(message), now, out)
@@ -221,7 +221,7 @@ class TenantCredit:
             else:
                 self.read_height = max(self.read_height, message.height)
                 self._reference = reference(message.account, message.leases, now)
-                if not (quiet == self._lease_changes and self._quiet_read(message, now, out)):
+                if not (quiet and self._quiet_read(message, now, out)):
                     self._on_read(message, now, out)
         elif isinstance(message, CreditReadFailed):
             self._on_read_failed(message, now, out)
@@ -264,7 +264,7 @@ class TenantCredit:
         Without it the cycle would wait for this tenant until its deadline.
         The tenant asks for the early re-check, as after a failed read.
         """
-        self._quiet = None
+        self._quiet = False
         if not isinstance(message, (CreditRead, CreditReadFailed)):
             return []
         self.recheck_at = now + self.settings.credit_check_retry_interval
@@ -401,19 +401,8 @@ class TenantCredit:
             return False
         self.last_sample_at = now
         self._verdict(message.cycle, out, "")
-        self._quiet = self._lease_changes
+        self._quiet = True
         return True
-
-    def _quiet_after(self, changes: int) -> int | None:
-        """The mark of a quiet read, unless the read changed lease details (``changes``: the count before it).
-
-        Judged again, such a read would most often change nothing more. But
-        one that lists a lease of ours twice with other details (two pages of
-        a listing apart) changes them back and forth every time, and every
-        change is saved. Leaving every read that changed details unmarked
-        costs one more judged read after each settlement.
-        """
-        return self._lease_changes if self._lease_changes == changes else None
 
     def _on_read(self, message: CreditRead, now: datetime, out: list[Effect]) -> None:
         s = self.settings
@@ -421,6 +410,10 @@ class TenantCredit:
         if judge is None:
             judge = self._judge = CreditJudge()
         verdicts = judge(message.account, message.leases, self.leases, now)
+        # A read that changes lease details is not quiet. Judged again it would most often
+        # change nothing more; but one listing a lease of ours twice with other details (two
+        # pages of a listing apart) changes them back and forth every time, and each change
+        # is saved. Leaving all such reads unmarked costs one judged read per settlement.
         changes = self._lease_changes
         gone = [v for v in verdicts if v.gone]
         if message.leases_listed and (self.zero_since is not None or self.closing or gone):
@@ -504,7 +497,7 @@ class TenantCredit:
                 # estimate is the soonest only when every runway is clamped, since one inside
                 # the horizon is sooner: moved with now, it stays the soonest. So the same
                 # read later is quiet too.)
-                self._quiet = self._quiet_after(changes)
+                self._quiet = self._lease_changes == changes
                 self._verdict(message.cycle, out, "")
                 return
             unchanged = not _moved(self.depletion_at, new_at, s.depletion_check_buffer)
@@ -512,7 +505,7 @@ class TenantCredit:
             if not prefix and unchanged:
                 # Nothing an operator needs to read again; the estimate the
                 # wakes are planned on stays the one already logged.
-                self._quiet = self._quiet_after(changes)
+                self._quiet = self._lease_changes == changes
                 self._verdict(message.cycle, out, "")
                 return
             self.depletion_at = new_at
