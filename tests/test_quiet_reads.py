@@ -229,6 +229,10 @@ def test_a_quiet_read_gives_what_judging_it_again_gives(seed: int) -> None:
             "reserved read"} <= case.kinds, case.kinds
 
 
+def _disk_gone(self: TenantCredit) -> Any:
+    raise RuntimeError("disk gone")
+
+
 def test_a_read_whose_handling_raised_is_followed_by_a_judged_read() -> None:
     """``recover`` after a raise (here the snapshot's) asks for a re-check: the next read must undo it."""
     case = Case(random.Random(3), 3)
@@ -241,13 +245,9 @@ def test_a_read_whose_handling_raised_is_followed_by_a_judged_read() -> None:
     read, now = case.read(), case.clock.now()
     for m in (case.fast, case.slow):
         m._saved_key = None  # so that a snapshot is made, and raises
-        real = type(m).snapshot
-        type(m).snapshot = lambda self: (_ for _ in ()).throw(RuntimeError("disk gone"))  # type: ignore[method-assign]
-        try:
-            with pytest.raises(RuntimeError):
-                m.handle(read, now)
-        finally:
-            type(m).snapshot = real  # type: ignore[method-assign]
+        with pytest.MonkeyPatch.context() as patch, pytest.raises(RuntimeError):
+            patch.setattr(type(m), "snapshot", _disk_gone)
+            m.handle(read, now)
         assert m.recover(read, now)
         assert m.recheck_at is not None
     case.clock.advance(timedelta(seconds=30))
