@@ -210,13 +210,9 @@ class LeaseInterner:
         undo: list[tuple[str, tuple[int, Lease] | None]] = []
         holders = self._holders
 
-        def index(lease: Lease) -> int:
-            uuid = lease.uuid
-            prev = last.get(uuid)
-            if prev is not None:
-                seen = prev[1]
-                if seen is lease or seen == lease:
-                    return prev[0]
+        def new_version(lease: Lease, prev: tuple[int, Lease] | None) -> int:
+            """The index of ``lease``, which differs from ``prev``, the version last written under its uuid
+            (None: none yet)."""
             i = counter[0]
             counter[0] = i + 1
             if prev is not None and replace(
@@ -226,9 +222,16 @@ class LeaseInterner:
             else:
                 whole.append(lease)
                 whole_index.append(i)
+            uuid = lease.uuid
             undo.append((uuid, prev))
             last[uuid] = (i, lease)
             return i
+
+        def index(lease: Lease) -> int:
+            prev = last.get(lease.uuid)
+            if prev is not None and (prev[1] is lease or prev[1] == lease):
+                return prev[0]
+            return new_version(lease, prev)
 
         rows: list[Any] = []
         append = rows.append
@@ -246,8 +249,12 @@ class LeaseInterner:
             for pos, shape in spec:
                 v = values[pos]
                 if shape == MANY:
-                    # (the lease last written, as the very object: most of them, without a call)
-                    values[pos] = tuple([p[0] if (p := get(x.uuid)) is not None and p[1] is x else index(x) for x in v])
+                    # (``index`` inline: the lease last written, as the very object or an equal one, is
+                    # most of them, and a node's client builds new objects on every read)
+                    values[pos] = tuple([
+                        p[0] if (p := get(x.uuid)) is not None and (p[1] is x or p[1] == x) else new_version(x, p)
+                        for x in v
+                    ])
                 elif v is not None:
                     values[pos] = index(v)
             append((d[0], d[1], d[2], d[3], d[4], (cls.MESSAGE_NAME, *values)))  # type: ignore[attr-defined]
