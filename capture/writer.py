@@ -622,18 +622,19 @@ class CaptureWriter:
         message = d[5]
         if type(message) in enc.known and not checked:
             return d
+        why = "is not a registered message"
         if type(message) in enc.known or type(message) is OpaqueRecord:
             try:
                 enc.encode(d)
                 return d
-            except CodecError:
-                pass
+            except CodecError as exc:
+                why = f"cannot be encoded ({exc})"  # a registered message holding what no record may
         if type(message) is OpaqueRecord:
             return d
         name = f"{type(message).__module__}.{type(message).__qualname__}"
         if name not in self._unencodable_types:
             self._unencodable_types.add(name)
-            logger.warning("capture: %s is not a registered message; captured as opaque (replay cannot feed it)", name)
+            logger.warning("capture: %s %s; captured as opaque (replay cannot feed it)", name, why)
         self.unencodable += 1
         return (d[0], d[1], d[2], d[3], d[4], OpaqueRecord(name))
 

@@ -229,12 +229,17 @@ def test_a_format_5_file_from_before_a_lease_field_was_added_reads_typed_with_it
     assert record.message == LeaseOpened(old)
 
 
-def test_a_lease_that_cannot_be_encoded_makes_only_its_messages_opaque(tmp_path: Path) -> None:
+def test_a_lease_that_cannot_be_encoded_makes_only_its_messages_opaque(tmp_path: Path, caplog) -> None:
     """An int beyond 64 bits outside a coin, in a lease: its definition would be unreadable, so the
-    messages holding it are captured as opaque, and the other leases are numbered as if it never came."""
+    messages holding it are captured as opaque, and the other leases are numbered as if it never came.
+    The log says why, and does not call a registered message unregistered."""
     good, bad = lease(1), lease(2, min_lease_duration_at_creation=2**70)
     sent = [ActiveLeasesRead(1, (good,)), ActiveLeasesRead(2, (good, bad)), LeaseOpened(good), LeaseOpened(bad)]
     for background in (False, True):  # a frame each, or all four in one frame
-        _, got = written(tmp_path / str(background), sent, background=background)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="capture.writer"):
+            _, got = written(tmp_path / str(background), sent, background=background)
         assert [type(r) for r in got] == [DeliveryRecord, OpaqueDelivery, DeliveryRecord, OpaqueDelivery]
         assert got[0].message == sent[0] and got[2].message == sent[2]
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 2 and all("cannot be encoded" in w and "not a registered" not in w for w in warned)

@@ -284,14 +284,17 @@ def test_flush_amid_taps_from_several_threads_writes_all_tapped_before_it(tmp_pa
         assert mine == sorted(mine)
 
 
-def test_a_message_that_cannot_be_encoded_is_captured_as_opaque(tmp_path, clock):
+def test_a_message_that_cannot_be_encoded_is_captured_as_opaque(tmp_path, clock, caplog):
     writer = CaptureWriter(settings(tmp_path, background=False), clock_now=clock.now).open()
-    writer(Delivery(1, clock.now(), "external", "scheduler", 0, object()))
+    with caplog.at_level("WARNING", logger="capture.writer"):
+        writer(Delivery(1, clock.now(), "external", "scheduler", 0, object()))
     writer(delivery(2, clock))
     writer.close()
     got = deliveries(read_records(writer.paths))
     assert isinstance(got[0], OpaqueDelivery) and got[0].message == "builtins.object"
     assert got[1].seq == 2 and writer.unencodable == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "capture: builtins.object is not a registered message; captured as opaque (replay cannot feed it)"]
 
 
 def test_capture_taps_a_real_dispatcher(tmp_path, clock):
