@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,11 @@ def test_the_demo_runs_on_the_devnet_through_grpc_and_the_websocket(tmp_path: Pa
     assert "embedded devnet: gRPC grpc+http://127.0.0.1:" in out.stdout
     # Each on its own, with the whole output: a failure says which is missing and what happened instead.
     assert "withdrew" in out.stdout, out.stdout
-    assert "now watching tenant" in out.stdout, out.stdout  # a lease event over the websocket
+    # Lease events came over the websocket. (Not "now watching tenant": the late tenant's lease
+    # event has the lease read, and a cycle's listing can find the tenant first when that read is
+    # slow or fails, as the devnet makes some reads do; either way the tenant is watched.)
+    received = re.search(r"lease events received: (\d+)", out.stdout)
+    assert received is not None and int(received.group(1)) > 0, out.stdout
 
 
 def test_a_bad_value_fails_at_start_naming_the_key(tmp_path: Path) -> None:
