@@ -316,6 +316,7 @@ class ParallelReplayer(ReplayTotals):
         self.total_bytes = reader.total_bytes
         context = multiprocessing.get_context("fork")
         workers = []
+        receivers: list[threading.Thread] = []
         outcomes: list[tuple[str, Any, Any] | None] = [None] * self.jobs
         try:
             for k in range(self.jobs):
@@ -327,18 +328,27 @@ class ParallelReplayer(ReplayTotals):
             streams = []
             for k, (p, conn) in enumerate(workers):
                 inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-                threading.Thread(target=self._receive, args=(conn, inbox), name=f"replay-worker-{k}-inbox",
-                                 daemon=True).start()
+                receiver = threading.Thread(target=self._receive, args=(conn, inbox), name=f"replay-worker-{k}-inbox",
+                                            daemon=True)
+                receiver.start()
+                receivers.append(receiver)
                 streams.append(self._events(k, inbox, outcomes, p))
             yield from self._merged(streams)
             for p, _ in workers:
                 p.join()
             self.skipped = outcomes[0][1]  # type: ignore[index]  # with --skip-bad every worker read every record
         finally:
-            for p, conn in workers:
+            for p, _ in workers:
                 if p.is_alive():
                     p.terminate()  # the replay was stopped early (or a worker failed): the others are not needed
                 p.join()
+            # A worker gone, its receiver reads the end of its pipe and returns. Not before: a pipe
+            # closed under a receiver still reading it fails that read with a TypeError, not EOF.
+            for k, (_, conn) in enumerate(workers):
+                if k < len(receivers):
+                    receivers[k].join(WORKER_GONE_S)
+                    if receivers[k].is_alive():
+                        continue  # left to the process's end rather than closed under its reader
                 conn.close()
 
     @staticmethod

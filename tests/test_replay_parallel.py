@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import multiprocessing.connection
 import os
 import pickle
+import threading
+import time
 
 import pytest
 
@@ -134,6 +137,45 @@ def test_a_bad_record_stops_the_replay_where_one_replay_stops_and_with_its_error
     assert any(e["type"] == "run_end" for e in got)  # the run's end, before the error, as one replay reports it
     assert totals(parallel) == totals(alone)
     assert "CorruptRecord" in parallel.fallback_reason and "worker 1" in parallel.fallback_reason
+
+
+def test_a_replay_stopped_early_closes_a_pipe_only_once_its_receiver_is_done(tmp_path, monkeypatch):
+    """Stopped early (by one worker's error, or by its caller), the replay ends the workers, whose
+    receiving threads may be reading their pipes still: a pipe closed under one failed its read with
+    a TypeError, a traceback in a thread (seen in a CI run). Each receiver is made slow to return."""
+    paths = live_run(tmp_path)
+    _spoil_a_message(paths[0], "tenant/bob", "credit_read")  # worker 1 stops the replay
+    receiving_at_close = []  # for each pipe closed: is a thread still receiving from it
+    receivers = {}
+    close = multiprocessing.connection.Connection.close
+
+    def watched(conn):
+        receiver = receivers.get(id(conn))
+        receiving_at_close.append(receiver is not None and receiver.is_alive())
+        close(conn)
+
+    monkeypatch.setattr(multiprocessing.connection.Connection, "close", watched)
+    receive = ParallelReplayer._receive
+
+    def slow_to_return(conn, inbox):  # a receiver the scheduler has not run yet since its pipe ended
+        receivers[id(conn)] = threading.current_thread()
+        receive(conn, inbox)
+        time.sleep(0.05)
+
+    monkeypatch.setattr(ParallelReplayer, "_receive", staticmethod(slow_to_return))
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    for stop_after in (None, 0, 2):  # by the worker's error; by the caller, at its first events
+        replay = ParallelReplayer(paths, 2, toy_builder()).replay()
+        try:
+            for i, _ in enumerate(replay):
+                if i == stop_after:
+                    break
+        except CorruptRecord:
+            assert stop_after is None
+        replay.close()
+    assert len(receiving_at_close) >= 6 and not any(receiving_at_close), receiving_at_close
+    assert raised == []
 
 
 def test_with_skip_bad_every_worker_skips_what_one_replay_skips(tmp_path):
