@@ -330,8 +330,8 @@ class ParallelReplayer(ReplayTotals):
                 inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
                 receiver = threading.Thread(target=self._receive, args=(conn, inbox), name=f"replay-worker-{k}-inbox",
                                             daemon=True)
+                receivers.append(receiver)  # before it starts: a Ctrl-C between the two leaves it known
                 receiver.start()
-                receivers.append(receiver)
                 streams.append(self._events(k, inbox, outcomes, p))
             yield from self._merged(streams)
             for p, _ in workers:
@@ -344,10 +344,12 @@ class ParallelReplayer(ReplayTotals):
                 p.join()
             # A worker gone, its receiver reads the end of its pipe and returns. Not before: a pipe
             # closed under a receiver still reading it fails that read with a TypeError, not EOF.
+            deadline = time.monotonic() + WORKER_GONE_S  # one wait for them all
             for k, (_, conn) in enumerate(workers):
-                if k < len(receivers):
-                    receivers[k].join(WORKER_GONE_S)
-                    if receivers[k].is_alive():
+                receiver = receivers[k] if k < len(receivers) else None
+                if receiver is not None and receiver.ident is not None:  # started
+                    receiver.join(max(0.0, deadline - time.monotonic()))
+                    if receiver.is_alive():
                         continue  # left to the process's end rather than closed under its reader
                 conn.close()
 
@@ -367,6 +369,8 @@ class ParallelReplayer(ReplayTotals):
                     return
         except (EOFError, OSError):
             inbox.put(None)  # it died (or the replay is being stopped): the missing outcome says so
+        except BaseException:  # a message the parent cannot take: the replay stops saying so, not waiting on
+            inbox.put(("failed", None, f"its messages could not be read here:\n{traceback.format_exc()}"))
 
     def _events(
         self, k: int, inbox: "queue.SimpleQueue[Any]", outcomes: list[Any], process: Any

@@ -143,30 +143,34 @@ def test_a_replay_stopped_early_closes_a_pipe_only_once_its_receiver_is_done(tmp
     """Stopped early (by one worker's error, or by its caller), the replay ends the workers, whose
     receiving threads may be reading their pipes still: a pipe closed under one failed its read with
     a TypeError, a traceback in a thread (seen in a CI run). Each receiver is made slow to return."""
-    paths = live_run(tmp_path)
-    _spoil_a_message(paths[0], "tenant/bob", "credit_read")  # worker 1 stops the replay
-    receiving_at_close = []  # for each pipe closed: is a thread still receiving from it
-    receivers = {}
+    clean = live_run(tmp_path / "clean")
+    spoiled = live_run(tmp_path / "spoiled")
+    _spoil_a_message(spoiled[0], "tenant/bob", "credit_read")  # worker 1 stops the replay
+    receiving_at_close = []  # for each worker's pipe closed: is its thread still receiving from it
+    receivers = {}  # by the Connection itself (kept alive, so never mistaken for a later one)
     close = multiprocessing.connection.Connection.close
 
     def watched(conn):
-        receiver = receivers.get(id(conn))
-        receiving_at_close.append(receiver is not None and receiver.is_alive())
+        receiver = receivers.get(conn)
+        if receiver is not None:
+            receiving_at_close.append(receiver.is_alive())
         close(conn)
 
     monkeypatch.setattr(multiprocessing.connection.Connection, "close", watched)
     receive = ParallelReplayer._receive
 
     def slow_to_return(conn, inbox):  # a receiver the scheduler has not run yet since its pipe ended
-        receivers[id(conn)] = threading.current_thread()
+        receivers[conn] = threading.current_thread()
         receive(conn, inbox)
         time.sleep(0.05)
 
     monkeypatch.setattr(ParallelReplayer, "_receive", staticmethod(slow_to_return))
     raised = []
     monkeypatch.setattr(threading, "excepthook", raised.append)
-    for stop_after in (None, 0, 2):  # by the worker's error; by the caller, at its first events
-        replay = ParallelReplayer(paths, 2, toy_builder()).replay()
+    # by the worker's error; by the caller, at its first events (the parallel replay still going)
+    for paths, stop_after in ((spoiled, None), (clean, 0), (clean, 2)):
+        replayer = ParallelReplayer(paths, 2, toy_builder())
+        replay = replayer.replay()
         try:
             for i, _ in enumerate(replay):
                 if i == stop_after:
@@ -174,7 +178,41 @@ def test_a_replay_stopped_early_closes_a_pipe_only_once_its_receiver_is_done(tmp
         except CorruptRecord:
             assert stop_after is None
         replay.close()
-    assert len(receiving_at_close) >= 6 and not any(receiving_at_close), receiving_at_close
+        assert (replayer.fallback_reason is None) == (stop_after is not None)
+    assert receiving_at_close == [False] * 6
+    assert raised == []
+
+
+def test_a_message_the_parent_cannot_read_stops_the_replay_saying_so(tmp_path, monkeypatch):
+    """A receiver that meets what it cannot take (here: unpickling fails) used to end its thread with
+    a traceback and leave the merge waiting on its inbox for ever."""
+    paths = live_run(tmp_path)
+    recv = multiprocessing.connection.Connection.recv
+    calls = []
+
+    def failing_once(conn):
+        calls.append(conn)
+        if len(calls) == 2:
+            raise pickle.UnpicklingError("truncated message")
+        return recv(conn)
+
+    monkeypatch.setattr(multiprocessing.connection.Connection, "recv", failing_once)
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    outcome = []
+
+    def replay():
+        try:
+            list(ParallelReplayer(paths, 2, toy_builder()).replay())
+        except Exception as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=replay, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the replay waits for ever"
+    assert len(outcome) == 1 and isinstance(outcome[0], _WorkerFailed), outcome
+    assert "could not be read here" in str(outcome[0]) and "truncated message" in str(outcome[0])
     assert raised == []
 
 
