@@ -159,7 +159,7 @@ def test_a_replay_stopped_early_closes_a_pipe_only_once_its_receiver_is_done(tmp
     monkeypatch.setattr(multiprocessing.connection.Connection, "close", watched)
     receive = ParallelReplayer._receive
 
-    def slow_to_return(conn, inbox):  # a receiver the scheduler has not run yet since its pipe ended
+    def slow_to_return(conn, inbox):  # a receiver the OS has not run again since its pipe ended
         receivers[conn] = threading.current_thread()
         receive(conn, inbox)
         time.sleep(0.05)
