@@ -30,7 +30,9 @@ of the same round (CPU) and to the one-process replay (wall). Targets
 (issue 16): the day in under 30 s, one tenant of it in under 2 s, judged on
 the median wall time of what ``run.py replay`` runs (the two workers; on
 one core the one process is all there is). Every replay must find no
-divergence, and the two workers' events must be the one process's.
+divergence, and the two workers' events must be the one process's. Beside
+them, what two processes at once get of this machine's cores in the same
+run (``bench/parallel_capacity.py``): the most two workers could give.
 
     python bench/replay_day.py [--tenants 10000] [--leases-per-tenant 5] [--hours 24] [--rounds 3] [--keep DIR]
 
@@ -67,6 +69,7 @@ from messages.coins import Coin  # noqa: E402
 from capture.format import FILE_SUFFIX  # noqa: E402
 from replay.engine import Divergence, Replayer, replayed_for  # noqa: E402
 from replay.parallel import ParallelReplayer, jobs_for  # noqa: E402
+from parallel_capacity import speedup  # noqa: E402  (bench/, beside this file)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ManualDispatcher, PooledActor  # noqa: E402
@@ -220,6 +223,9 @@ def main() -> int:
                   f"{statistics.median(c / b for c, b in zip(cs, base)):>10.2f}{min(ws):>14.2f}"
                   f"{statistics.median(ws):>8.2f}{statistics.median(w / s for w, s in zip(ws, serial)):>12.2f}"
                   f"{records / statistics.median(ws):>11,.0f}")
+        capacity = speedup()
+        print(f"this machine's two cores, in the same run: two processes at once did {capacity:.2f}x one's work "
+              f"(bench/parallel_capacity.py; 2.00x: two full cores), the most two workers can give")
         default = parallel if jobs_for(sum(os.path.getsize(p) for p in paths)) > 1 else whole
         day, one = statistics.median(walls[default]), statistics.median(walls["replay --tenant (one tenant)"])
         print(f"run.py replay here: {default.split(' (')[0].strip()}. The day replays in {day:.1f} s (median wall): "
