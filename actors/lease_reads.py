@@ -40,7 +40,7 @@ from messages.ledger import LeaseIssue, LeaseIssueResolved, LeaseObserved
 from messages.scheduler import LeaseRead
 from runtime.router import CHAIN_IO, LEDGER
 
-__all__ = ["LeaseReads", "MAX_OWED", "FIRST_RETRY", "MAX_RETRY", "retry_delay", "UNREAD"]
+__all__ = ["LeaseReads", "not_found", "MAX_OWED", "FIRST_RETRY", "MAX_RETRY", "retry_delay", "UNREAD"]
 
 #: Failed reads retried on a timer at most: after a long outage a mass of
 #: closures must not grow this without bound. Past it, a lease is left to
@@ -63,6 +63,12 @@ def retry_delay(failures: int) -> timedelta:
         if delay >= MAX_RETRY:
             return MAX_RETRY
     return delay
+
+
+def not_found(read: LeaseRead) -> bool:
+    """Whether a lease read failed with the chain's NOT_FOUND: an answer (no such lease), unlike a failed read."""
+    error = read.error
+    return error is not None and error.codespace == GRPC and error.code == GRPC_NOT_FOUND
 
 
 class LeaseReads:
@@ -106,7 +112,7 @@ class LeaseReads:
                                 event="lease_read", fields=(("lease", uuid), ("failures", tries))))
             return out
         error = message.error
-        if error is not None and error.codespace == GRPC and error.code == GRPC_NOT_FOUND:
+        if not_found(message):
             # An answer: the chain holds no such lease (a forged event named it). Nothing to read again.
             self.failed.pop(uuid, None)
             return [

@@ -50,7 +50,7 @@ from typing import Any, Collection, NamedTuple
 
 from actors.close_search import CloseSearches
 from actors.effects import Effect, Note, Retire, Send, Spawn
-from actors.lease_reads import LeaseReads
+from actors.lease_reads import LeaseReads, not_found, retry_delay
 from actors.scheduler_settings import SchedulerSettings
 from chain.model import MAX_BATCH_LEASE_SIZE
 from messages.chain import Lease
@@ -87,13 +87,24 @@ from messages.scheduler import (
 from runtime.clock import EPOCH
 from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 
-__all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake", "MAX_ALONE"]
+__all__ = ["SchedulerDecisions", "TenantEntry", "Cycle", "next_wake", "MAX_ALONE", "FOREIGN_READS"]
 
 #: Leases near the end of their credit a cycle asks to be withdrawn alone at
 #: most, beyond the one each named batch carries (``actors.withdraw_cycle``):
 #: each is a paid tx of its own, and a cycle must stay a bounded number of
 #: txs whatever the tenants do.
 MAX_ALONE = 50
+
+#: Reads of another provider's auto-closed lease (to learn its tenant) tried
+#: at most, with the lease reads' backoff (10, 20, 40 s): the read only
+#: decides whether to withdraw early from a tenant we share, whose credit the
+#: other providers are taking; a node down for longer leaves that to the
+#: regular withdraw, which collects the same fees later.
+FOREIGN_READS = 4
+
+#: Such leases being read again at most: a flood of forged auto-close events
+#: (each naming a lease of its own) must not grow the retries without bound.
+MAX_FOREIGN_PENDING = 1_000
 
 
 def _when(t: datetime) -> str:
@@ -207,8 +218,9 @@ class SchedulerDecisions:
         self.lease_reads = LeaseReads()
         #: leases found ended by a read: the tx that ended each is found and booked (``actors.close_search``)
         self.close_searches = CloseSearches()
-        #: other providers' leases auto-closed without a tenant named, read to learn whose they were
-        self._exhausted_elsewhere: set[str] = set()
+        #: other providers' leases auto-closed without a tenant named, read to learn whose they
+        #: were: lease uuid -> its failed reads so far (``FOREIGN_READS``)
+        self._exhausted_elsewhere: dict[str, int] = {}
         #: an active-lease read has succeeded since the start: the chain has answered
         self.reached = False
         #: active-lease reads failed in a row before the chain first answered, and when to try again
@@ -668,7 +680,7 @@ class SchedulerDecisions:
         if ev.credit_exhausted:
             if not ev.tenant:
                 # Another provider's named-withdraw auto-close names no tenant: read the lease for it.
-                self._exhausted_elsewhere.add(ev.lease_uuid)
+                self._exhausted_elsewhere.setdefault(ev.lease_uuid, 0)
                 return [Send(CHAIN_IO, LeaseCall(ev.lease_uuid))]
             return self._exhausted_elsewhere_for(ev.lease_uuid, ev.tenant, ev.reason, now)
         return []
@@ -691,9 +703,11 @@ class SchedulerDecisions:
         return out
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
-        if message.lease_uuid in self._exhausted_elsewhere:
-            self._exhausted_elsewhere.discard(message.lease_uuid)
+        failures = self._exhausted_elsewhere.pop(message.lease_uuid, None)
+        if failures is not None:
             lease = message.lease
+            if lease is None and not not_found(message):
+                return self._foreign_read_failed(message, failures + 1, now)
             if lease is None or lease.provider_uuid == self.provider_uuid:
                 return self._ended_by_read(message, now) + self._opened_by_read(message)
             return self._exhausted_elsewhere_for(lease.uuid, lease.tenant, lease.closure_reason, now)
@@ -706,6 +720,29 @@ class SchedulerDecisions:
             # Its closing tx, for what it settled: the search goes into the books ahead of the read.
             out = self.close_searches.ended(lease, now) + out
         return self._ended_by_read(message, now) + self._opened_by_read(message) + out
+
+    def _foreign_read_failed(self, message: LeaseRead, failures: int, now: datetime) -> list[Effect]:
+        """The read of another provider's auto-closed lease failed: no answer, so it is read again
+        (``FOREIGN_READS`` in all, with the lease reads' backoff), not taken as "not ours to mind"."""
+        uuid = message.lease_uuid
+        why = message.error.message if message.error is not None else "no answer"
+        if failures >= FOREIGN_READS or len(self._exhausted_elsewhere) >= MAX_FOREIGN_PENDING:
+            return [Note(
+                f"another provider's lease {uuid} was auto-closed (credit exhausted), and its read failed "
+                f"{failures} time(s), the last: {why}: whether its tenant is one we share is not known, so no "
+                "early withdraw; the regular withdraw collects what is owed",
+                event="shared_tenant_unknown", fields=(("lease", uuid), ("failures", failures)), level="warning",
+            )]
+        self._exhausted_elsewhere[uuid] = failures
+        delay = retry_delay(failures)
+        return [
+            Note(
+                f"another provider's lease {uuid} was auto-closed (credit exhausted); the read for its tenant "
+                f"failed ({why}), {failures} in a row: read again in {delay.total_seconds():g}s",
+                event="shared_tenant_read_failed", fields=(("lease", uuid), ("failures", failures)), level="warning",
+            ),
+            Send(CHAIN_IO, LeaseCall(uuid), at=now + delay),
+        ]
 
     def _close_searched(self, message: CloseSearchAnswered, now: datetime) -> list[Effect]:
         return self.close_searches.answered(message, now)

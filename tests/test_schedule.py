@@ -11,8 +11,8 @@ import pytest
 from datetime import timedelta
 
 from actors.effects import Note, Retire, Send, Spawn
-from actors.schedule import SchedulerDecisions, next_wake
-from messages.chain import Lease
+from actors.schedule import FOREIGN_READS, SchedulerDecisions, next_wake
+from messages.chain import ChainFailure, Lease
 from messages.chain_actor import ActiveLeasesCall, CreditReadsCall, FlushClosures, LeaseCall, WithdrawRequested
 from messages.credit import LeaseGone, LeaseOpened, LeasesSynced
 from messages.lease_events import LeaseEvent
@@ -362,6 +362,38 @@ def test_another_providers_tenantless_auto_close_is_read_and_withdraws_only_for_
     out = core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x2", "", OTHER, "credit_exhausted")), T0)
     out = core.handle(LeaseRead("x2", msgspec.structs.replace(closed, uuid="x2", tenant="t7")), T0)
     assert not msgs(out, WithdrawRequested)
+
+
+def test_a_failed_read_of_another_providers_tenantless_auto_close_is_read_again_then_given_up() -> None:
+    """The read is the only way to learn the tenant (CHAIN-VERSIONS.md 2.5: a named withdraw's
+    auto-close names none): a failed read is no answer, read again with backoff, a few times."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    watched(core, "l1", "t1")
+    core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x1", "", OTHER, "credit_exhausted")), T0)
+    down = ChainFailure("lease", "UNAVAILABLE: connection refused", transient=True)
+    now, waits = T0, []
+    for _ in range(FOREIGN_READS - 1):
+        out = core.handle(LeaseRead("x1", None, down), now)
+        (again,) = msgs(out, LeaseCall)
+        assert again.message == LeaseCall("x1") and not msgs(out, WithdrawRequested)
+        waits.append(again.at - now)
+        now = again.at
+    assert waits == [timedelta(seconds=10), timedelta(seconds=20), timedelta(seconds=40)][: FOREIGN_READS - 1]
+    # the chain answers at last: the shared tenant's withdraw happens
+    closed = msgspec.structs.replace(Lease("x1", "t1", OTHER, (item(1),)), state="CLOSED", closure_reason="credit exhausted")
+    assert msgs(core.handle(LeaseRead("x1", closed), now), WithdrawRequested)
+    # a read that keeps failing is given up, said so, and nothing is left owed
+    core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x2", "", OTHER, "credit_exhausted")), T0)
+    for _ in range(FOREIGN_READS - 1):
+        core.handle(LeaseRead("x2", None, down), T0)
+    out = core.handle(LeaseRead("x2", None, down), T0)
+    assert not msgs(out, LeaseCall) and not msgs(out, WithdrawRequested)
+    assert [n.event for n in out if isinstance(n, Note)] == ["shared_tenant_unknown"]
+    assert not core._exhausted_elsewhere
+    # NOT_FOUND is an answer: no such lease, nothing read again
+    core.handle(LeaseEventReceived(LeaseEvent("auto_closed", "x3", "", OTHER, "credit_exhausted")), T0)
+    gone = ChainFailure("lease", "NotFound: lease not found", codespace="grpc", code=5)
+    assert core.handle(LeaseRead("x3", None, gone), T0) == []
 
 
 def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_close_does_not() -> None:
