@@ -15,6 +15,8 @@ search (``GetTxsEvent``), one query per way a lease ends with a settlement
    a withdraw's auto-close as a named withdraw reports it (v2.1.0), or
    either mode does (current). 2 and 3 are settled by that withdraw's
    ``provider_withdraw`` amounts (``chain.settlements.settlements_in_withdraw``).
+   v2.1.0's provider-wide withdraw has none per lease: what it settled on a
+   lease it auto-closed cannot be known from the tx, and is reported as such.
 
 A lease that expired (``lease_expired``, an end-of-block event with no tx)
 or was rejected or cancelled while PENDING never accrued: there is nothing
@@ -81,7 +83,9 @@ def lease_end_outcome(
     """What the tx that ended ``lease_uuid`` settled on it, at its block time ``at``.
 
     None when the tx did not end the lease (a tx hash from an event that
-    was not the chain's, say). ``withdraw_total``: a withdraw's
+    was not the chain's, say). Raises a ``ChainError`` (not transient) when it
+    did but names no amount for it: the search ends there, and the books keep
+    the lease reported (``actors.close_search``). ``withdraw_total``: a withdraw's
     ``MsgWithdrawResponse.total_amounts``, for the part of it its events
     leave unsaid (v2.1.0's named auto-close, ``settlements_in_withdraw``).
     """
@@ -94,4 +98,13 @@ def lease_end_outcome(
         return None
     # Its own settlement only: each lease that ended is looked for on its own.
     settled = [s for s in settled if s.lease_uuid == lease_uuid]
+    if kind == "withdraw" and not settled:
+        # v2.1.0's provider-wide withdraw: its auto-close (lease_auto_closed) names no amount, and it
+        # emits no provider_withdraw per lease (CHAIN-VERSIONS.md 2.5, 3). What it settled on this
+        # lease is unknown, not nothing: booked as nothing, the books would lack it and say nothing.
+        raise ChainError(
+            f"tx {tx_hash} ended lease {lease_uuid} (a provider-wide withdraw's auto-close), but names no "
+            "amount for it (v2.1.0 emits no provider_withdraw per lease there): its last settlement is not known",
+            transient=False,
+        )
     return CloseOutcome(closed_count=1, tx_hashes=(tx_hash,), settlements=tuple(settled))

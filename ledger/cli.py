@@ -289,7 +289,7 @@ def _held(ledger: Ledger, run_id: str) -> list[tuple[str, str, str]]:
 #: How each kind of lease issue reads in ``periods``.
 _ISSUE_WORDS = {
     "unread": "cannot be read from the chain (read again with backoff; only its own billing waits)",
-    "close_not_found": "ended while unheard, and the node's tx search finds no tx that ended it: its last settlement is not in the books",
+    "close_not_found": "ended while unheard, and the node's tx search finds no tx that ended it (or one that names no amount for it): its last settlement is not in the books",
     "no_tx_index": "ended while unheard, and the node keeps no tx index: its last settlement is not in the books",
     "close_sought": "ended; the tx that ended it is being looked for (again at the next start): its last settlement is not in the books yet",
     "settlement_refused": "a settlement was refused (more than it could have accrued, or negative)",

@@ -84,6 +84,18 @@ def test_a_close_not_found_is_reported_sought_again_a_few_times_and_then_left_re
     assert [e.message.kind for e in sent(out, LeaseIssueResolved)] == [CLOSE_SOUGHT]  # over; close_not_found stays
 
 
+def test_a_found_tx_that_names_no_amount_for_the_lease_leaves_it_reported_with_the_reason_at_once() -> None:
+    """``chain.lease_end``: v2.1.0's provider-wide auto-close is found, but what it settled is not known."""
+    searches = CloseSearches()
+    (call,) = sent(searches.ended(ENDED, T0), CloseSearchCall)
+    unknown = ChainFailure("lease_end_tx", "tx AB12 ended lease l1 (...), but names no amount for it", transient=False)
+    out = searches.answered(answer(call.message, error=unknown), T0)
+    (issue,) = sent(out, LeaseIssue)
+    assert issue.message.kind == "close_not_found" and "AB12" in issue.message.detail
+    assert not sent(out, CloseSearchCall) and not sent(out, SettlementsRecorded)  # the same tx would be found again
+    assert [e.message.kind for e in sent(out, LeaseIssueResolved)] == [CLOSE_SOUGHT] and searches.pending == {}
+
+
 def test_a_node_without_a_tx_index_is_reported_once_and_a_passing_failure_is_sought_again_with_backoff() -> None:
     searches = CloseSearches()
     (call,) = sent(searches.ended(ENDED, T0), CloseSearchCall)

@@ -102,6 +102,24 @@ def test_our_own_close_and_a_withdraws_auto_close_are_found_too(world: World) ->
     assert booked == world.model.lease_totals(drained)[1].get("umfx", 0) > 0
 
 
+def test_a_v2_1_0_provider_wide_auto_close_found_after_the_fact_is_not_booked_as_settling_nothing(world: World) -> None:
+    """v2.1.0's provider-wide withdraw (the authority's, or ours from another process) auto-closes a
+    lease with lease_auto_closed and batch_withdraw only, no provider_withdraw per lease
+    (CHAIN-VERSIONS.md 2.5, 3): the tx is found, but what it settled on the lease is not known."""
+    if world.model.version.withdraw_cursor:
+        pytest.skip("the current chain names each lease's amount (provider_withdraw): the test above")
+    client = world.client()
+    drained = world.lease(world.tenant("poor", umfx=50), price=10)
+    world.lease(world.tenant("rich", umfx=10**9), price=3)
+    world.clock.advance(20)
+    page = client.withdraw_by_provider(PROVIDER, b"")
+    assert world.model.lease(drained).state == "CLOSED" and world.model.lease_totals(drained)[1].get("umfx", 0) > 0
+    with pytest.raises(ChainError) as refused:
+        client.lease_end_tx(drained, PROVIDER)
+    assert not refused.value.transient  # searching again finds the same tx
+    assert page.tx_hash in refused.value.message and "not known" in refused.value.message
+
+
 def test_a_close_tx_that_ended_several_leases_gives_each_its_own_settlement_once(world: World) -> None:
     """Each ended lease is searched for on its own: its outcome holds its settlement, not the whole tx's."""
     t = world.tenant("leaves-all")
