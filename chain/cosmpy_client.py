@@ -107,7 +107,7 @@ from chain.errors import (
 from chain.client import AccountListing, HolderListing, Listing
 from chain.keys import ProviderKey, load_provider_key
 from chain.lease_end import ending_kind, ending_queries, lease_end_outcome
-from chain.listing import walk_pages
+from chain.listing import walk_pages, withdrawable_due
 from chain.model import CURRENT_WITHDRAWABLE_LIMIT as _CURRENT, MAX_BATCH_LEASE_SIZE, V21_WITHDRAWABLE_LIMIT as _V21
 from chain.node_settings import read_tls_ca
 from chain.sdk_errors import (
@@ -508,8 +508,8 @@ class CosmpyChainClient:
         anything due answers). Each server ignores the other's field.
         """
         op = f"provider_withdrawable {provider_uuid}"
-        key = b""
-        while True:
+
+        def page(key: bytes) -> tuple[tuple[Coin, ...], bool, bool, bytes]:
             request = query_pb2.QueryProviderWithdrawableRequest(
                 provider_uuid=provider_uuid,
                 limit=V21_WITHDRAWABLE_LIMIT,
@@ -517,13 +517,9 @@ class CosmpyChainClient:
             )
             r = self._query(op, self._billing.ProviderWithdrawable, request)
             amounts = self._decoded(op, lambda: coins_from_proto(r.amounts))
-            if amounts or r.lease_count:
-                return amounts or ()
-            if not r.HasField("pagination"):  # v2.1.0
-                return None if r.has_more else ()
-            key = r.pagination.next_key
-            if not key:
-                return ()
+            return amounts, r.has_more, r.HasField("pagination"), r.pagination.next_key
+
+        return withdrawable_due(op, page)
 
     def active_leases_by_provider(self, provider_uuid: str) -> tuple[Lease, ...]:
         return self._active_leases(

@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Callable, Sequence, TypeVar
 
 from chain.errors import ChainError
+from messages.coins import Coin
 
-__all__ = ["walk_pages", "MAX_RELISTS"]
+__all__ = ["walk_pages", "withdrawable_due", "MAX_RELISTS"]
 
 T = TypeVar("T")
 
@@ -53,3 +54,36 @@ def walk_pages(operation: str, fetch: Callable[[bytes], tuple[Sequence[T], bytes
         f"{operation}: the listing was cut short {MAX_RELISTS + 1} times (leases leaving it between pages); "
         "not taken as the whole set"
     )
+
+
+def withdrawable_due(
+    operation: str, fetch: Callable[[bytes], tuple[tuple[Coin, ...], bool, bool, bytes]]
+) -> tuple[Coin, ...] | None:
+    """What ``ProviderWithdrawable`` says is due: () when nothing is, None when it cannot tell.
+
+    ``fetch(key)`` answers one page as (amounts, has_more, paged, next_key);
+    ``paged``: the answer came with ``pagination`` (the current chain).
+
+    The current chain's pages are each a dry run of one withdraw page from
+    the current state, so they are not summed: the first page with anything
+    to pay answers. A page with leases to settle but nothing to pay (auto-
+    closes of tenants whose credit is gone, which transfer nothing) is
+    passed over like an empty one: stopping there as "nothing due" left
+    every later page's fees uncollected, cycle after cycle, while such a
+    lease sat first. v2.1.0 answers once, over its first ``limit`` leases of
+    every state: past them (``has_more``) what is due cannot be told.
+    """
+    key = b""
+    seen: set[bytes] = set()
+    while True:
+        amounts, has_more, paged, next_key = fetch(key)
+        if amounts:
+            return amounts
+        if not paged:  # v2.1.0
+            return None if has_more else ()
+        if not next_key:
+            return ()
+        if next_key in seen:  # a node that loops would otherwise hang the withdraw cycle
+            raise ChainError(f"{operation}: the node repeated page key {next_key!r}", codespace="protocol", transient=False)
+        seen.add(next_key)
+        key = next_key

@@ -29,7 +29,7 @@ import msgspec
 
 from chain.client import AccountListing, HolderListing, Listing
 from chain.faults import Faults
-from chain.listing import walk_pages
+from chain.listing import walk_pages, withdrawable_due
 from chain.model import (
     CURRENT_WITHDRAWABLE_LIMIT,
     MAX_BATCH_LEASE_SIZE,
@@ -145,21 +145,14 @@ class ModelChainClient:
     def provider_withdrawable(self, provider_uuid: str) -> tuple[Coin, ...] | None:
         """As the chain's client reads it: () when nothing is due, None when unknowable (see ``CosmpyChainClient``)."""
 
-        def due() -> tuple[Coin, ...] | None:
-            key = b""
-            while True:
-                amounts, count, has_more, next_key, _ = self.model.provider_withdrawable(
-                    provider_uuid, V21_WITHDRAWABLE_LIMIT[1], PageRequest(key=key, limit=CURRENT_WITHDRAWABLE_LIMIT[1])
-                )
-                if amounts or count:
-                    return amounts
-                if not self.model.version.withdrawable_pagination:
-                    return None if has_more else ()
-                if not next_key:
-                    return ()
-                key = next_key
+        def page(key: bytes) -> tuple[tuple[Coin, ...], bool, bool, bytes]:
+            amounts, _, has_more, next_key, _ = self.model.provider_withdrawable(
+                provider_uuid, V21_WITHDRAWABLE_LIMIT[1], PageRequest(key=key, limit=CURRENT_WITHDRAWABLE_LIMIT[1])
+            )
+            return amounts, has_more, self.model.version.withdrawable_pagination, next_key
 
-        return self._call("provider_withdrawable", provider_uuid, due)
+        return self._call("provider_withdrawable", provider_uuid,
+                          lambda: withdrawable_due(f"provider_withdrawable {provider_uuid}", page))
 
     def withdraw_by_provider(
         self, provider_uuid: str, key: bytes, signed: Callable[[str], None] | None = None

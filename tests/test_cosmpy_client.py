@@ -46,6 +46,35 @@ from tests.support import addr
 pytestmark = pytest.mark.usefixtures("chain_version")
 
 
+def test_provider_withdrawable_passes_over_a_page_that_pays_nothing_and_answers_a_later_ones_fees(
+    world: World, monkeypatch
+) -> None:
+    """A current-chain page whose leases would settle paying nothing (auto-closes of tenants with no
+    credit left: lease_count 1, no amounts) is not "nothing due": stopping there left every later
+    page's fees uncollected. Both clients walk the pages alike (``chain.listing.withdrawable_due``)."""
+    from chain.model_client import ModelChainClient
+    from tests.support import PROVIDER_ADDRESS
+
+    model_client = ModelChainClient(world.model, PROVIDER, PROVIDER_ADDRESS)
+    if not world.model.version.withdrawable_pagination:
+        # v2.1.0 answers once, over its first leases (of every state): past them it cannot tell.
+        answer = [((), 3, True, b"", ())]
+        monkeypatch.setattr(world.model, "provider_withdrawable", lambda uuid, limit, page: answer[0])
+        assert world.client().provider_withdrawable(PROVIDER) is model_client.provider_withdrawable(PROVIDER) is None
+        answer[0] = ((), 3, False, b"", ())
+        assert world.client().provider_withdrawable(PROVIDER) == model_client.provider_withdrawable(PROVIDER) == ()
+        return
+    pages = {b"": ((), 1, False, b"k2", ()), b"k2": ((), 0, False, b"k3", ()),
+             b"k3": ((Coin("umfx", 700),), 70, False, b"", ())}
+    monkeypatch.setattr(world.model, "provider_withdrawable", lambda uuid, limit, page: pages[page.key])
+    assert world.client().provider_withdrawable(PROVIDER) == model_client.provider_withdrawable(PROVIDER) == (Coin("umfx", 700),)
+    pages[b"k3"] = ((), 1, False, b"", ())  # nothing to pay on any page: nothing due (the monitors close those leases)
+    assert world.client().provider_withdrawable(PROVIDER) == model_client.provider_withdrawable(PROVIDER) == ()
+    pages[b"k3"] = ((), 0, False, b"k2", ())  # a node that loops: refused, not walked for ever
+    with pytest.raises(ChainError, match="repeated page key"):
+        model_client.provider_withdrawable(PROVIDER)
+
+
 def _withdraw_txs(world: World) -> list:
     """Included txs (code 0) carrying a MsgWithdraw."""
     out = []
