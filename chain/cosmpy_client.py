@@ -797,6 +797,17 @@ class CosmpyChainClient:
         return self._included(op, tx_hash, found)
 
     def _withdraw_page(self, op: str, included: IncludedTx, provider_uuid: str) -> WithdrawPage:
+        """The page an included withdraw (code 0) answered. Its answer unreadable (a response missing
+        or not decodable, an amount that is not a whole number), the error still says the tx applied
+        and names it: taken as "not applied", its write-ahead record was closed and no lookup begun,
+        and the fees it moved dropped out of the books with nothing left to find them by."""
+        try:
+            return self._read_withdraw_page(op, included, provider_uuid)
+        except ChainError as exc:
+            exc.may_have_committed, exc.tx_hash = True, included.txhash
+            raise
+
+    def _read_withdraw_page(self, op: str, included: IncludedTx, provider_uuid: str) -> WithdrawPage:
         r = billing_tx.MsgWithdrawResponse()
         self._unpack(op, included, 0, MSG_WITHDRAW_RESPONSE, r)
         return self._decoded(

@@ -75,6 +75,35 @@ def test_provider_withdrawable_passes_over_a_page_that_pays_nothing_and_answers_
         model_client.provider_withdrawable(PROVIDER)
 
 
+def test_an_included_withdraw_whose_answer_cannot_be_read_is_reported_as_applied_with_its_hash(
+    world: World, monkeypatch
+) -> None:
+    """Code 0: the tx applied and the fees moved. An answer that cannot be read (here an amount that
+    is not a whole number) must not make it look unapplied: the lookups then keep it findable."""
+    t = world.tenant("t1", umfx=10**9)
+    world.lease(t, price=7)
+    world.clock.advance(100)
+    real = CosmpyChainClient._msg_responses
+
+    def garbled(operation, r):
+        out = []
+        for a in real(operation, r):
+            if a.type_url.endswith("MsgWithdrawResponse"):
+                m = billing_tx.MsgWithdrawResponse.FromString(a.value)
+                m.total_amounts[0].amount = "7.5"
+                a = type(a)(type_url=a.type_url, value=m.SerializeToString())
+            out.append(a)
+        return tuple(out)
+
+    monkeypatch.setattr(CosmpyChainClient, "_msg_responses", staticmethod(garbled))
+    signed: list[str] = []
+    with pytest.raises(ChainError) as info:
+        world.client().withdraw_by_provider(PROVIDER, b"", signed=signed.append)
+    assert world.model.balance(t)["umfx"] < 10**9  # applied on chain
+    assert info.value.may_have_committed and info.value.tx_hash == signed[-1]
+    assert "not an integer" in info.value.message
+
+
 def _withdraw_txs(world: World) -> list:
     """Included txs (code 0) carrying a MsgWithdraw."""
     out = []
