@@ -679,6 +679,8 @@ class SchedulerDecisions:
             return self.lease_reads.ask((ev.lease_uuid,))
         if ev.credit_exhausted:
             if not ev.tenant:
+                if ev.lease_uuid in self.lease_reads.waiting:
+                    return []  # a lease of ours being read (a forged event names it): its answer is ours
                 # Another provider's named-withdraw auto-close names no tenant: read the lease for it.
                 self._exhausted_elsewhere.setdefault(ev.lease_uuid, 0)
                 return [Send(CHAIN_IO, LeaseCall(ev.lease_uuid))]
@@ -704,6 +706,8 @@ class SchedulerDecisions:
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
         failures = self._exhausted_elsewhere.pop(message.lease_uuid, None)
+        if failures is not None and message.lease_uuid in self.lease_reads.waiting:
+            failures = None  # our own read of it is out too: the answer goes to it (``lease_reads``)
         if failures is not None:
             lease = message.lease
             if lease is None and not not_found(message):

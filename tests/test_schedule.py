@@ -396,6 +396,20 @@ def test_a_failed_read_of_another_providers_tenantless_auto_close_is_read_again_
     assert core.handle(LeaseRead("x3", None, gone), T0) == []
 
 
+def test_a_forged_tenantless_auto_close_naming_a_lease_of_ours_being_read_leaves_its_answers_to_our_read() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    watched(core, "l1", "t1")
+    down = ChainFailure("lease", "UNAVAILABLE", transient=True)
+    core.handle(LeaseEventReceived(LeaseEvent("closed", "l1", "t1", PROVIDER, "")), T0)  # our read of l1 is out
+    forged = LeaseEventReceived(LeaseEvent("auto_closed", "l1", "", OTHER, "credit_exhausted"))
+    assert core.handle(forged, T0) == [] and "l1" not in core._exhausted_elsewhere  # no second read of it
+    core._exhausted_elsewhere["l1"] = 0  # as if the forged event had come first, before our read was asked
+    for n in range(1, FOREIGN_READS + 1):  # each answer is our read's: retried by it, with its backoff
+        out = core.handle(LeaseRead("l1", None, down), T0)
+        assert core.lease_reads.failed == {"l1": n} and [m.message for m in msgs(out, LeaseCall)] == [LeaseCall("l1")]
+    assert "l1" not in core._exhausted_elsewhere
+
+
 def test_another_providers_close_on_exhausted_credit_triggers_but_an_ordinary_close_does_not() -> None:
     core = SchedulerDecisions(settings(), PROVIDER)
     watched(core, "l1", "t1")
