@@ -706,9 +706,8 @@ class SchedulerDecisions:
 
     def _lease_read(self, message: LeaseRead, now: datetime) -> list[Effect]:
         failures = self._exhausted_elsewhere.pop(message.lease_uuid, None)
-        if failures is not None and message.lease_uuid in self.lease_reads.waiting:
-            failures = None  # our own read of it is out too: the answer goes to it (``lease_reads``)
-        if failures is not None:
+        # Our own read of it out too (a forged event named a lease of ours): the answer is that read's.
+        if failures is not None and message.lease_uuid not in self.lease_reads.waiting:
             lease = message.lease
             if lease is None and not not_found(message):
                 return self._foreign_read_failed(message, failures + 1, now)

@@ -19,7 +19,7 @@ import multiprocessing
 import statistics
 import time
 
-__all__ = ["speedup"]
+__all__ = ["speedup", "capacity_line"]
 
 #: Iterations of the loop: about 0.3 s of one core on the machines of 2026.
 LOOP = 6_000_000
@@ -54,5 +54,11 @@ def speedup(rounds: int = 3) -> float:
     return statistics.median(ratios)
 
 
+def capacity_line(rounds: int = 3) -> str:
+    """The line a bench prints beside its two-worker replay: ``speedup()``, measured now."""
+    return (f"this machine's two cores, in the same run: two processes at once did {speedup(rounds):.2f}x one's "
+            "work (bench/parallel_capacity.py; 2.00x: two full cores), the most two workers can give")
+
+
 if __name__ == "__main__":
-    print(f"two processes at once did {speedup(5):.2f}x the work of one (2.00x: two full cores)")
+    print(capacity_line(5))

@@ -69,7 +69,7 @@ from messages.coins import Coin  # noqa: E402
 from capture.format import FILE_SUFFIX  # noqa: E402
 from replay.engine import Divergence, Replayer, replayed_for  # noqa: E402
 from replay.parallel import ParallelReplayer, jobs_for  # noqa: E402
-from parallel_capacity import speedup  # noqa: E402  (bench/, beside this file)
+from parallel_capacity import capacity_line  # noqa: E402  (bench/, beside this file)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ManualDispatcher, PooledActor  # noqa: E402
@@ -223,9 +223,7 @@ def main() -> int:
                   f"{statistics.median(c / b for c, b in zip(cs, base)):>10.2f}{min(ws):>14.2f}"
                   f"{statistics.median(ws):>8.2f}{statistics.median(w / s for w, s in zip(ws, serial)):>12.2f}"
                   f"{records / statistics.median(ws):>11,.0f}")
-        capacity = speedup()
-        print(f"this machine's two cores, in the same run: two processes at once did {capacity:.2f}x one's work "
-              f"(bench/parallel_capacity.py; 2.00x: two full cores), the most two workers can give")
+        print(capacity_line())
         default = parallel if jobs_for(sum(os.path.getsize(p) for p in paths)) > 1 else whole
         day, one = statistics.median(walls[default]), statistics.median(walls["replay --tenant (one tenant)"])
         print(f"run.py replay here: {default.split(' (')[0].strip()}. The day replays in {day:.1f} s (median wall): "

@@ -81,7 +81,7 @@ from replay.config import replay_config  # noqa: E402
 from replay import engine  # noqa: E402
 from replay.engine import Divergence, Replayer, _collect_less, is_replayed, replayed_for  # noqa: E402
 from replay.parallel import ParallelReplayer  # noqa: E402
-from parallel_capacity import speedup  # noqa: E402  (bench/, beside this file)
+from parallel_capacity import capacity_line  # noqa: E402  (bench/, beside this file)
 from runtime.clock import ManualClock, utc  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.dispatch import ManualDispatcher  # noqa: E402
@@ -279,9 +279,7 @@ def main() -> int:
               f"median; the one-process replay on the wall clock in the same rounds {n / min(serial):,.0f} best, "
               f"{n / statistics.median(serial):,.0f} median: {ratio:.2f}x as fast (median of the rounds' ratios); "
               f"the workers' events {'are' if in_workers == one_process else 'ARE NOT'} the one process's")
-        capacity = speedup()
-        print(f"this machine's two cores, in the same run: two processes at once did {capacity:.2f}x one's work "
-              f"(bench/parallel_capacity.py; 2.00x: two full cores), the most two workers can give")
+        print(capacity_line())
         best = max(1 / cost["replay"], n / min(workers))
         verdict = "meets" if best >= TARGET else "MISSES"
         print(f"replay {verdict} the target of {TARGET:,} records/s (best: {best:,.0f}); divergences: {len(divergences)}")
