@@ -776,15 +776,19 @@ class CosmpyChainClient:
         at = self._block_time(op, included)
         if at is None:
             return None  # no block time: not booked at a wrong one (the search is asked again later)
-        total: tuple[Coin, ...] = ()
+        # None unless every withdraw of the tx answered: a part left out would be read as nothing.
+        total: tuple[Coin, ...] | None = ()
         for any_msg in included.msg_responses:
-            if any_msg.type_url == MSG_WITHDRAW_RESPONSE:
+            if any_msg.type_url == MSG_WITHDRAW_RESPONSE and total is not None:
                 r = billing_tx.MsgWithdrawResponse()
                 try:
                     r.ParseFromString(any_msg.value)
                 except DecodeError:
+                    total = None
                     continue
                 total = add_coins(total, coins_from_proto(r.total_amounts))
+        if total == () and not any(m.type_url == MSG_WITHDRAW_RESPONSE for m in included.msg_responses):
+            total = None  # no answer to read at all
         return lease_end_outcome(included.txhash, at, included.events, lease_uuid, provider_uuid, total)
 
     def _looked_up(self, op: str, tx_hash: str) -> IncludedTx | None:

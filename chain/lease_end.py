@@ -15,8 +15,9 @@ search (``GetTxsEvent``), one query per way a lease ends with a settlement
    a withdraw's auto-close as a named withdraw reports it (v2.1.0), or
    either mode does (current). 2 and 3 are settled by that withdraw's
    ``provider_withdraw`` amounts (``chain.settlements.settlements_in_withdraw``).
-   v2.1.0's provider-wide withdraw has none per lease: what it settled on a
-   lease it auto-closed cannot be known from the tx, and is reported as such.
+   v2.1.0's provider-wide withdraw has none per lease, and its named withdraw
+   that auto-closed several leases one total for them all: what such a tx
+   settled on one of them cannot be known from it, and is reported as such.
 
 A lease that expired (``lease_expired``, an end-of-block event with no tx)
 or was rejected or cancelled while PENDING never accrued: there is nothing
@@ -78,7 +79,7 @@ def lease_end_outcome(
     events: Events,
     lease_uuid: str,
     provider_uuid: str,
-    withdraw_total: Iterable[Coin] = (),
+    withdraw_total: Iterable[Coin] | None = None,
 ) -> CloseOutcome | None:
     """What the tx that ended ``lease_uuid`` settled on it, at its block time ``at``.
 
@@ -87,7 +88,8 @@ def lease_end_outcome(
     did but names no amount for it: the search ends there, and the books keep
     the lease reported (``actors.close_search``). ``withdraw_total``: a withdraw's
     ``MsgWithdrawResponse.total_amounts``, for the part of it its events
-    leave unsaid (v2.1.0's named auto-close, ``settlements_in_withdraw``).
+    leave unsaid (v2.1.0's named auto-close, ``settlements_in_withdraw``);
+    None when it is not known.
     """
     kind = ending_kind(events, lease_uuid)
     if kind == "close":
@@ -99,12 +101,29 @@ def lease_end_outcome(
     # Its own settlement only: each lease that ended is looked for on its own.
     settled = [s for s in settled if s.lease_uuid == lease_uuid]
     if kind == "withdraw" and not settled:
-        # v2.1.0's provider-wide withdraw: its auto-close (lease_auto_closed) names no amount, and it
-        # emits no provider_withdraw per lease (CHAIN-VERSIONS.md 2.5, 3). What it settled on this
-        # lease is unknown, not nothing: booked as nothing, the books would lack it and say nothing.
+        # What it settled on this lease is unknown, not nothing: booked as nothing, the books would
+        # lack it and say nothing.
         raise ChainError(
-            f"tx {tx_hash} ended lease {lease_uuid} (a provider-wide withdraw's auto-close), but names no "
-            "amount for it (v2.1.0 emits no provider_withdraw per lease there): its last settlement is not known",
+            f"tx {tx_hash} ended lease {lease_uuid} (a withdraw's auto-close), but names no amount the "
+            f"books can take for it ({_why_no_amount(events, lease_uuid, provider_uuid, withdraw_total)}): "
+            "its last settlement is not known",
             transient=False,
         )
     return CloseOutcome(closed_count=1, tx_hashes=(tx_hash,), settlements=tuple(settled))
+
+
+def _why_no_amount(events: Events, lease_uuid: str, provider_uuid: str, withdraw_total: Iterable[Coin] | None) -> str:
+    """Which case left a withdraw's auto-close of ``lease_uuid`` without a settlement, for the books' issue."""
+    ours = [a for t, a in events
+            if t == "provider_withdraw" and a.get("provider_uuid") == provider_uuid]
+    own = [a for a in ours if a.get("lease_uuid") == lease_uuid]
+    if not own:
+        # v2.1.0's provider-wide withdraw: lease_auto_closed only (CHAIN-VERSIONS.md 2.5, 3).
+        return "a provider-wide withdraw, for which v2.1.0 emits no provider_withdraw per lease"
+    closed = sum(1 for a in ours if a.get("auto_closed") == "true")
+    if withdraw_total is None:
+        return "its amount is the withdraw's total less the other leases', and the tx's answer cannot be read"
+    if closed > 1:
+        # v2.1.0's named withdraw: each auto-close's amount is "0", the tx's total covers them all.
+        return f"one of {closed} leases the tx auto-closed, whose total cannot be split between them"
+    return f"its provider_withdraw amount {own[0].get('amount', '')[:64]!r} cannot be read"

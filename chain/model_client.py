@@ -346,7 +346,7 @@ class ModelChainClient:
                 if tx is None:
                     continue
                 page = self._pages.get(tx.tx_hash)
-                total = page.total_amounts if page is not None else ()
+                total = page.total_amounts if page is not None else None
                 outcome = lease_end_outcome(tx.tx_hash, tx.time, tx.pairs(), lease_uuid, provider_uuid, total)
                 if outcome is not None:
                     return outcome

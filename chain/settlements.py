@@ -88,7 +88,7 @@ def settlements_in_withdraw(
     tx_hash: str,
     at: datetime,
     events: Iterable[tuple[str, Mapping[str, str]]],
-    total_amounts: Iterable[Coin],
+    total_amounts: Iterable[Coin] | None,
     *,
     provider_uuid: str,
 ) -> list[LeaseSettled]:
@@ -99,12 +99,23 @@ def settlements_in_withdraw(
     tenant's credit (CHAIN-VERSIONS.md 2.5). What the events leave of the
     tx's total is that lease's: when exactly one lease of the tx auto-closed,
     the remainder is booked to it. With several, the split cannot be known:
-    the remainder is left out with a warning naming the tx (the statement
-    then shows a shortfall rather than a wrong lease), which is why the
-    sidecar withdraws a lease near its runway in a tx of its own.
+    the remainder is left out with a warning naming the tx and the leases,
+    and so are those leases' "0" settlements (the statement then shows a
+    shortfall rather than a wrong lease, or a lease that settled nothing),
+    which is why the sidecar withdraws a lease near its runway in a tx of
+    its own. ``total_amounts`` None: the tx's answer could not be read, so
+    no remainder can be known, and an auto-close's "0" is left out too.
     """
     events = list(events)
     out = settlements_in_tx(tx_hash, at, events, provider_uuid=provider_uuid)
+    if total_amounts is None:
+        unknown = {s.lease_uuid for s in out if not s.amounts} & _auto_closed(events, provider_uuid)
+        if unknown:
+            logger.warning(
+                "withdraw tx %s: its answer is not known, so what it settled on the lease(s) it auto-closed "
+                "(%s) is not known either: not booked", tx_hash, ", ".join(sorted(unknown)),
+            )
+        return [s for s in out if s.lease_uuid not in unknown]
     remainder: dict[str, int] = {}
     for c in total_amounts:
         remainder[c.denom] = remainder.get(c.denom, 0) + c.amount
@@ -121,13 +132,18 @@ def settlements_in_withdraw(
     if len(closed) == 1:
         i = closed[0]
         out[i] = msgspec.structs.replace(out[i], amounts=coins(remainder))
-    else:
-        logger.warning(
-            "withdraw tx %s moved %s more than its per-lease events say, over %d auto-closed lease(s): "
-            "not booked to any lease",
-            tx_hash, format_coins(coins(remainder)), len(closed),
-        )
-    return out
+        return out
+    # Several auto-closed leases share the remainder (or none is there to take it): what each
+    # settled is unknown, not nothing. Their "0" is left out, so nothing books them as settled in
+    # full (a close search of one then reports it: ``chain.lease_end.lease_end_outcome``).
+    unknown = {out[i].lease_uuid for i in closed}
+    logger.warning(
+        "withdraw tx %s moved %s more than its per-lease events say, over %d auto-closed lease(s)%s: "
+        "not booked to any lease",
+        tx_hash, format_coins(coins(remainder)), len(closed),
+        f" ({', '.join(sorted(unknown))})" if unknown else "",
+    )
+    return [s for s in out if s.lease_uuid not in unknown]
 
 
 def _auto_closed(events: Iterable[tuple[str, Mapping[str, str]]], provider_uuid: str) -> set[str]:

@@ -170,8 +170,9 @@ class LeaseIssue(Message, tag="lease_issue"):
     ``kind`` (``LEASE_ISSUE_KINDS``): ``unread``, the lease could not be read
     from the chain (retried with backoff; its read clears it);
     ``close_not_found``, it ended while unheard and the node's tx search
-    finds no tx that ended it (or finds one that names no amount for it,
-    as v2.1.0's provider-wide auto-close); ``no_tx_index``, it ended while unheard and
+    finds no tx that ended it (or finds one that names no amount for it:
+    v2.1.0's provider-wide auto-close, or its named withdraw auto-closing
+    several leases at once); ``no_tx_index``, it ended while unheard and
     the node keeps no tx index to search; ``settlement_refused``, a
     settlement the ledger would not book (more than the lease could have
     accrued); ``close_sought``, it ended and the search for the tx that

@@ -248,10 +248,17 @@ def test_a_v2_1_named_withdraws_auto_close_books_the_rest_of_the_total_to_the_le
     # v2.1.0 writes amount "0" on the auto-closed lease; the tx's total says what it moved.
     out = settlements_in_withdraw("TX", at, [closing, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)
     assert {s.lease_uuid: s.amounts for s in out} == {"a": (Coin("umfx", 7),), "b": (Coin("umfx", 4),)}
-    # Two auto-closed leases in one tx: the split cannot be known, so nothing is guessed.
+    # Two auto-closed leases in one tx: the split cannot be known, so nothing is guessed, and
+    # neither is booked as having settled nothing (their "0" is not what they settled).
     other = ("provider_withdraw", {"lease_uuid": "c", "provider_uuid": PROVIDER, "amount": "0", "auto_closed": "true"})
     out = settlements_in_withdraw("TX", at, [closing, other, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)
-    assert {s.lease_uuid: s.amounts for s in out} == {"a": (), "c": (), "b": (Coin("umfx", 4),)}
+    assert {s.lease_uuid: s.amounts for s in out} == {"b": (Coin("umfx", 4),)}
+    # The tx's answer unread: the one auto-close's share is not known either.
+    out = settlements_in_withdraw("TX", at, [closing, settling], None, provider_uuid=PROVIDER)
+    assert {s.lease_uuid: s.amounts for s in out} == {"b": (Coin("umfx", 4),)}
+    # All of the total accounted for by the other leases: the auto-close did settle nothing.
+    out = settlements_in_withdraw("TX", at, [closing, settling], (Coin("umfx", 4),), provider_uuid=PROVIDER)
+    assert {s.lease_uuid: s.amounts for s in out} == {"a": (), "b": (Coin("umfx", 4),)}
     # The current chain's events carry the real amounts: nothing is left to attribute.
     exact = ("provider_withdraw", {"lease_uuid": "a", "provider_uuid": PROVIDER, "amount": "7umfx", "auto_closed": "true"})
     out = settlements_in_withdraw("TX", at, [exact, settling], (Coin("umfx", 11),), provider_uuid=PROVIDER)

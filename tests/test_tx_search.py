@@ -120,6 +120,29 @@ def test_a_v2_1_0_provider_wide_auto_close_found_after_the_fact_is_not_booked_as
     assert page.tx_hash in refused.value.message and "not known" in refused.value.message
 
 
+def test_a_named_withdraw_that_auto_closed_two_leases_is_booked_only_where_each_amount_is_known(world: World) -> None:
+    """v2.1.0's named withdraw writes amount "0" on each lease it auto-closes, and one total for the
+    tx (CHAIN-VERSIONS.md 2.5): with two such leases, what each settled is not known, and neither is
+    booked as settling nothing. The current chain names each lease's amount."""
+    client = world.client()
+    poor = world.tenant("poor", umfx=60)
+    drained = [world.lease(poor, price=10), world.lease(poor, price=5)]
+    world.clock.advance(20)
+    page = client.withdraw_leases(drained)
+    assert all(world.model.lease(u).state == "CLOSED" for u in drained)
+    paid = {u: world.model.lease_totals(u)[1].get("umfx", 0) for u in drained}
+    assert sum(paid.values()) == 60  # the first lease settled takes what credit there was
+    for u in drained:
+        if world.model.version.withdraw_cursor:
+            [s] = client.lease_end_tx(u, PROVIDER).settlements
+            assert [(c.denom, c.amount) for c in s.amounts] == ([("umfx", paid[u])] if paid[u] else [])
+            continue
+        with pytest.raises(ChainError) as refused:
+            client.lease_end_tx(u, PROVIDER)
+        assert not refused.value.transient and page.tx_hash in refused.value.message
+        assert "cannot be split" in refused.value.message and "not known" in refused.value.message
+
+
 def test_a_close_tx_that_ended_several_leases_gives_each_its_own_settlement_once(world: World) -> None:
     """Each ended lease is searched for on its own: its outcome holds its settlement, not the whole tx's."""
     t = world.tenant("leaves-all")
