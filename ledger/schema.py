@@ -355,6 +355,28 @@ _V10 = (
     "ALTER TABLE lease_issues_v10 RENAME TO lease_issues",
 )
 
+_V11 = (
+    # A settlement refused is noted under the month of its settlement: a lease refused in
+    # March and again in April has a row in each (keyed by period too), so neither month's
+    # statement loses its own or shows the other's. The other kinds keep one row per lease.
+    """
+    CREATE TABLE lease_issues_v11 (
+        lease_uuid TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('unread', 'close_not_found', 'no_tx_index', 'settlement_refused',
+                                           'close_sought')),
+        tenant TEXT NOT NULL DEFAULT '',
+        period TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        since_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        PRIMARY KEY (lease_uuid, kind, period)
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO lease_issues_v11 SELECT lease_uuid, kind, tenant, period, detail, since_us, updated_us FROM lease_issues",
+    "DROP TABLE lease_issues",
+    "ALTER TABLE lease_issues_v11 RENAME TO lease_issues",
+)
+
 #: Every migration, in order. Append only.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
@@ -367,6 +389,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "what the books cannot yet say of a lease: unread, its close not found or not searchable", _V8),
     Migration(9, "the leases a run held back from its month, and why", _V9),
     Migration(10, "a lease whose closing tx is still being looked for", _V10),
+    Migration(11, "a settlement refused noted under its own month, each refusal kept", _V11),
 )
 
 #: The version this build writes.

@@ -79,6 +79,13 @@ BUSY_TIMEOUT_S = 30.0
 
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
+#: A lease issue's detail is cut here: a tx's events are untrusted text, and a lease refused
+#: at every withdraw must not grow its month's row without bound.
+ISSUE_DETAIL_CHARS = 1000
+
+#: The ``LeaseIssue.kind`` of a settlement the books would not take (``_settled``).
+SETTLEMENT_REFUSED = "settlement_refused"
+
 #: Lease states after which a lease no longer accrues.
 _ENDED_STATES = ("CLOSED", "EXPIRED", "REJECTED")
 
@@ -506,7 +513,7 @@ class Ledger:
             if why:
                 detail = f"tx {fact.tx_hash}: {why}: not booked"
                 logger.warning("lease %s: settlement refused: %s", fact.lease_uuid, detail)
-                self._issue(LeaseIssue(fact.at, fact.lease_uuid, "settlement_refused", detail, tenant))
+                self._issue(LeaseIssue(fact.at, fact.lease_uuid, SETTLEMENT_REFUSED, detail, tenant))
             elif c.amount:
                 rows.append((fact.tx_hash, fact.lease_uuid, c.denom, str(c.amount), fact.kind, tenant, at, period))
         self.conn.executemany(
@@ -582,13 +589,33 @@ class Ledger:
             row = self.conn.execute("SELECT tenant FROM leases WHERE uuid = ?", (fact.lease_uuid,)).fetchone()
             tenant = row[0] if row else ""
         at = to_us(fact.at)
-        self.conn.execute(
-            "INSERT INTO lease_issues (lease_uuid, kind, tenant, period, detail, since_us, updated_us) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (lease_uuid, kind) DO UPDATE SET "
-            "detail = excluded.detail, updated_us = MAX(lease_issues.updated_us, excluded.updated_us), "
-            "tenant = CASE WHEN excluded.tenant != '' THEN excluded.tenant ELSE lease_issues.tenant END",
-            (fact.lease_uuid, fact.kind, tenant, str(Month.of(fact.at)), fact.detail[:1000], at, at),
-        )
+        period = str(Month.of(fact.at))
+        detail = fact.detail[:ISSUE_DETAIL_CHARS]
+        if fact.kind == SETTLEMENT_REFUSED:
+            # One row per month, each refusal kept (a refusal per denom, per tx): the month's
+            # statement says every settlement it lacks, and a repeat of one is not added twice.
+            self.conn.execute(
+                "INSERT INTO lease_issues (lease_uuid, kind, tenant, period, detail, since_us, updated_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (lease_uuid, kind, period) DO UPDATE SET "
+                "detail = CASE WHEN instr(lease_issues.detail, excluded.detail) > 0 THEN lease_issues.detail "
+                f"ELSE substr(lease_issues.detail || '; ' || excluded.detail, 1, {ISSUE_DETAIL_CHARS}) END, "
+                "updated_us = MAX(lease_issues.updated_us, excluded.updated_us), "
+                "tenant = CASE WHEN excluded.tenant != '' THEN excluded.tenant ELSE lease_issues.tenant END",
+                (fact.lease_uuid, fact.kind, tenant, period, detail, at, at),
+            )
+            return
+        # The other kinds say where a lease stands now: one row per lease, under the month it began.
+        updated = self.conn.execute(
+            "UPDATE lease_issues SET detail = ?, updated_us = MAX(updated_us, ?), "
+            "tenant = CASE WHEN ? != '' THEN ? ELSE tenant END WHERE lease_uuid = ? AND kind = ?",
+            (detail, at, tenant, tenant, fact.lease_uuid, fact.kind),
+        ).rowcount
+        if not updated:
+            self.conn.execute(
+                "INSERT INTO lease_issues (lease_uuid, kind, tenant, period, detail, since_us, updated_us) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (fact.lease_uuid, fact.kind, tenant, period, detail, at, at),
+            )
 
     def _issue_resolved(self, fact: LeaseIssueResolved) -> None:
         self.conn.execute("DELETE FROM lease_issues WHERE lease_uuid = ? AND kind = ?", (fact.lease_uuid, fact.kind))

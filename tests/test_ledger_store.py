@@ -125,6 +125,23 @@ def test_a_version_9_ledger_keeps_its_lease_issues_and_may_then_hold_a_close_bei
     lg.close()
 
 
+def test_a_version_10_ledgers_refused_settlement_stays_under_its_month_and_a_later_months_gets_its_own(tmp_path):
+    from messages.ledger import LeaseIssue
+
+    path = tmp_path / "ledger.sqlite"
+    lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:10])  # as the build keyed by lease and kind wrote it
+    with lg.transaction() as c:  # the row that build wrote
+        c.execute("INSERT INTO lease_issues VALUES ('l1', 'settlement_refused', ?, '2026-03', "
+                  "'tx MARCH: too much: not booked', 0, 0)", (TENANT,))
+    lg.close()
+    lg = Ledger.open(path, PROVIDER)
+    assert current_version(lg.conn) == SCHEMA_VERSION >= 11
+    lg.record(LeaseIssue(T + timedelta(days=40), "l1", "settlement_refused", "tx APRIL: too much: not booked", TENANT))
+    assert [(i.period, i.detail) for i in lg.lease_issues()] == [
+        ("2026-03", "tx MARCH: too much: not booked"), ("2026-04", "tx APRIL: too much: not booked")]
+    lg.close()
+
+
 def test_a_version_1_ledger_gains_the_withdraw_lookups_and_keeps_them_until_closed(tmp_path):
     path = tmp_path / "ledger.sqlite"
     lg = Ledger.open(path, PROVIDER, migrations=MIGRATIONS[:1])  # as the build before lookups wrote it
@@ -388,6 +405,14 @@ def test_a_settlement_more_than_the_lease_could_have_accrued_or_negative_is_refu
     assert ledger.count("settlements") == 0
     [issue] = ledger.lease_issues()
     assert (issue.lease_uuid, issue.kind, issue.tenant) == ("l1", "settlement_refused", TENANT)
+    # Every refusal of the month is kept in its row, once each, however often it is recorded.
+    assert [tx in issue.detail for tx in ("TXNEG", "TXBIG", "TXOVER")] == [True] * 3
+    ledger.record(LeaseSettled(hour, "TXBIG", "l1", (Coin("umfx", 10**26),), kind="close"))
+    assert ledger.lease_issues()[0].detail == issue.detail
+    # A refusal in a later month is that month's, and leaves March's as it was.
+    ledger.record(LeaseSettled(T + timedelta(days=40), "TXAPRIL", "l1", (Coin("umfx", -1),)))
+    assert [(i.period, "TXAPRIL" in i.detail) for i in ledger.lease_issues()] == [("2026-03", False), ("2026-04", True)]
+    ledger.conn.execute("DELETE FROM lease_issues WHERE period = '2026-04'")
     # What it did accrue passes (a second more than the whole seconds, for the fraction the chain carries).
     ledger.record(LeaseSettled(hour, "TXOK", "l1", (Coin("umfx", 6 * 3601),)))
     later = hour + timedelta(seconds=10)
