@@ -59,6 +59,7 @@ from messages.lease_events import LeaseEvent
 from messages.scheduler import LeaseEventReceived, Reconcile
 from runtime.dispatch import Dispatcher, PooledActor, sending_as
 from runtime.router import HEALTH, LISTENER, SCHEDULER, Router
+from runtime.urls import shown_url
 
 __all__ = [
     "ListenerActor",
@@ -174,10 +175,12 @@ class LeaseEventStream:
         name: str = "listener",
     ) -> None:
         if not url.startswith(("ws://", "wss://")):
-            raise ValueError(f"websocket url must start with ws:// or wss://, got {url!r}")
+            raise ValueError(f"websocket url must start with ws:// or wss://, got {shown_url(url)!r}")
         if not queries:
             raise ValueError("a listener needs at least one query")
         self.url = url
+        #: What logs and messages show of it: a key in the URL masked (``runtime.urls``).
+        self.shown_url = shown_url(url)
         self.queries = tuple(queries)
         self.settings = settings
         self.on_events = on_events
@@ -274,7 +277,8 @@ class LeaseEventStream:
             except ConnectionClosedError as exc:
                 reason = self._closed_reason(exc)
             except Exception as exc:  # every failure means: reconnect later
-                reason = f"{type(exc).__name__}: {exc}"
+                # The library's text may quote the URL (an invalid one, say): shown masked.
+                reason = f"{type(exc).__name__}: {exc}".replace(self.url, self.shown_url)
             if self._stopping.is_set():
                 return
             subscribed = self._session_subscribed
@@ -295,7 +299,7 @@ class LeaseEventStream:
             attempt += 1
             # A lost session is news; a node that stays unreachable is logged once, then quietly.
             level = logging.WARNING if subscribed or attempt == 1 else logging.INFO
-            logger.log(level, "%s: websocket %s: %s; reconnecting in %.2fs", self.name, self.url, reason, delay)
+            logger.log(level, "%s: websocket %s: %s; reconnecting in %.2fs", self.name, self.shown_url, reason, delay)
             await asyncio.sleep(delay)
 
     def _closed_reason(self, exc: ConnectionClosedError) -> str:
@@ -325,7 +329,7 @@ class LeaseEventStream:
             self._session_subscribed = True
             self.stats.subscribed_sessions += 1
             self.stats.connected = True
-            logger.info("%s: subscribed to %d queries on %s", self.name, len(self.queries), self.url)
+            logger.info("%s: subscribed to %d queries on %s", self.name, len(self.queries), self.shown_url)
             self.on_subscribed()
             async for raw in ws:
                 frame = self._on_frame(raw)
@@ -454,7 +458,6 @@ class ListenerActor(PooledActor):
             random=random,
             name=LISTENER,
         )
-        self.websocket_url = websocket_url
 
     # These run on the stream's thread; sending_as names the listener as the sender in captures.
     def _deliver(self, events: list[LeaseEvent]) -> None:
@@ -469,7 +472,7 @@ class ListenerActor(PooledActor):
     def _subscribed(self) -> None:
         with sending_as(LISTENER):
             self.router.tell(SCHEDULER, Reconcile(source=LISTENER))
-            self.router.tell(HEALTH, WebsocketSubscribed(self.websocket_url, len(self.stream.queries)))
+            self.router.tell(HEALTH, WebsocketSubscribed(self.stream.shown_url, len(self.stream.queries)))
 
     def _failed(self, what: Any, exc: BaseException) -> None:
         self.dispatcher.supervisor.failed(LISTENER, what, 0, exc, what="could not handle")

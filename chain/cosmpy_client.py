@@ -131,6 +131,7 @@ from messages.chain import CloseOutcome, CreditAccount, CreditEstimate, Lease, N
 from messages.coins import Coin, add_coins, coins
 from messages.ledger import LeaseSettled
 from messages.tx_cost import TxCost
+from runtime.urls import shown_url
 
 __all__ = [
     "CosmpyChainClient",
@@ -392,7 +393,7 @@ class CosmpyChainClient:
     ) -> None:
         parsed = parse_url(grpc_url) if "://" in grpc_url else None
         if parsed is None or parsed.protocol != Protocol.GRPC:
-            raise ValueError(f"grpc_url {grpc_url!r}: expected grpc+http://host:port or grpc+https://host:port")
+            raise ValueError(f"grpc_url {shown_url(grpc_url)!r}: expected grpc+http://host:port or grpc+https://host:port")
         self.grpc_url = grpc_url
         self.key = key
         self.chain_id = chain_id
@@ -424,7 +425,7 @@ class CosmpyChainClient:
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
             self._channel = grpc.secure_channel(parsed.host_and_port, credentials, options)
         elif tls_ca_file:
-            raise ValueError(f"tls_ca_file {tls_ca_file!r}: set, but grpc_url {grpc_url!r} does not use TLS (grpc+https://)")
+            raise ValueError(f"tls_ca_file {tls_ca_file!r}: set, but grpc_url {shown_url(grpc_url)!r} does not use TLS (grpc+https://)")
         else:
             self._channel = grpc.insecure_channel(parsed.host_and_port, options)
         self._auth = auth_grpc.QueryStub(self._channel)
@@ -472,7 +473,7 @@ class CosmpyChainClient:
         return self.key.address
 
     def __repr__(self) -> str:
-        return f"CosmpyChainClient({self.grpc_url!r}, signer={self.key.address!r}, chain_id={self.chain_id!r})"
+        return f"CosmpyChainClient({shown_url(self.grpc_url)!r}, signer={self.key.address!r}, chain_id={self.chain_id!r})"
 
     def close(self) -> None:
         self._channel.close()

@@ -57,6 +57,7 @@ from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.node.v1beta1 import query_pb2 as node_query, query_pb2_grpc as node_grpc
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
 from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from runtime.urls import shown_url
 
 __all__ = ["Check", "NodeDoctor", "min_gas_prices"]
 
@@ -159,10 +160,10 @@ class NodeDoctor:
         try:
             info = tm_grpc.ServiceStub(channel).GetNodeInfo(tm_query.GetNodeInfoRequest(), timeout=self.timeout)
         except grpc.RpcError as exc:
-            checks.append(Check("grpc", False, f"{self.grpc_url} does not answer ({_status_detail(exc)})"))
+            checks.append(Check("grpc", False, f"{shown_url(self.grpc_url)} does not answer ({_status_detail(exc)})"))
             return False
         network = info.default_node_info.network
-        checks.append(Check("grpc", True, f"{self.grpc_url} answers (node {info.default_node_info.moniker or '?'})"))
+        checks.append(Check("grpc", True, f"{shown_url(self.grpc_url)} answers (node {info.default_node_info.moniker or '?'})"))
         if network == self.chain_id:
             checks.append(Check("chain id", True, f"the node is on {network}, as [chain] chain_id says"))
         else:
@@ -316,9 +317,10 @@ class NodeDoctor:
                         return
                     waiting.discard(frame.id)
         except TimeoutError:
-            checks.append(Check("websocket", False, f"{self.websocket_url}: no answer to the subscriptions within {self.open_timeout:g}s"))
+            checks.append(Check("websocket", False, f"{shown_url(self.websocket_url)}: no answer to the subscriptions within {self.open_timeout:g}s"))
             return
         except (OSError, WebSocketException) as exc:
-            checks.append(Check("websocket", False, f"{self.websocket_url}: {type(exc).__name__}: {exc}"))
+            checks.append(Check("websocket", False, f"{shown_url(self.websocket_url)}: {type(exc).__name__}: "
+                                  f"{str(exc).replace(self.websocket_url, shown_url(self.websocket_url))}"))
             return
-        checks.append(Check("websocket", True, f"{len(queries)} subscriptions accepted on {self.websocket_url}"))
+        checks.append(Check("websocket", True, f"{len(queries)} subscriptions accepted on {shown_url(self.websocket_url)}"))

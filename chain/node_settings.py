@@ -24,6 +24,7 @@ from decimal import Decimal, InvalidOperation
 
 from runtime.clock import ClockAnchor, read_clock_anchor
 from runtime.config import section, setting
+from runtime.urls import shown_url
 
 __all__ = ["NodeSettings", "read_tls_ca"]
 
@@ -137,15 +138,15 @@ class NodeSettings:
         if not price.is_finite() or price < 0:
             raise ValueError(f"gas_price: must be a non-negative decimal, got {self.gas_price!r}")
         if not self.grpc_url.startswith(("grpc+http://", "grpc+https://")):
-            raise ValueError(f"grpc_url: expected grpc+http://host:port or grpc+https://host:port, got {self.grpc_url!r}")
+            raise ValueError(f"grpc_url: expected grpc+http://host:port or grpc+https://host:port, got {shown_url(self.grpc_url)!r}")
         if self.tls_ca_file:
             if not self.grpc_url.startswith("grpc+https://"):
                 raise ValueError(
-                    f"tls_ca_file: set, but grpc_url {self.grpc_url!r} does not use TLS (grpc+https://host:port)"
+                    f"tls_ca_file: set, but grpc_url {shown_url(self.grpc_url)!r} does not use TLS (grpc+https://host:port)"
                 )
             read_tls_ca(self.tls_ca_file)
         if not self.websocket_url.startswith(("ws://", "wss://")):
-            raise ValueError(f"websocket_url: expected ws://... or wss://..., got {self.websocket_url!r}")
+            raise ValueError(f"websocket_url: expected ws://... or wss://..., got {shown_url(self.websocket_url)!r}")
         if not _DENOM.fullmatch(self.fee_denom):
             raise ValueError(f"fee_denom: {self.fee_denom!r} is not a Cosmos denom (e.g. umfx)")
         if self.key_env and not _ENV_NAME.fullmatch(self.key_env):

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from runtime.clock import RealClock
 from runtime.config import Config
+from runtime.urls import shown_url
 
 __all__ = ["add_command"]
 
@@ -56,13 +57,13 @@ def run(config: Config) -> int:
             closers.append(clock.close)
             _, devnet, _ = demo_devnet(config, clock)
             closers.append(devnet.stop)
-            print(f"checking the embedded devnet ([chain] mode = \"devnet\"): {devnet.grpc_url}, {devnet.websocket_url}")
+            print(f"checking the embedded devnet ([chain] mode = \"devnet\"): {shown_url(devnet.grpc_url)}, {shown_url(devnet.websocket_url)}")
             where: dict[str, Any] = dict(
                 grpc_url=devnet.grpc_url, websocket_url=devnet.websocket_url,
                 key_file=str(devnet.provider_key_file), now=clock.now,
             )
         else:
-            print(f"checking the node of {config.source}: {node.grpc_url}, {node.websocket_url}")
+            print(f"checking the node of {config.source}: {shown_url(node.grpc_url)}, {shown_url(node.websocket_url)}")
             where = dict(grpc_url=node.grpc_url, websocket_url=node.websocket_url, now=lambda: datetime.now(timezone.utc))
         checks = NodeDoctor(
             node=node, chain_id=config.chain.chain_id, provider_uuid=config.provider.uuid,

@@ -39,6 +39,7 @@ from runtime.clock import Clock, RealClock
 from runtime.config import Config, ConfigError
 from runtime.dispatch import Dispatcher, DeliveryTap, ManualDispatcher, ThreadedDispatcher, fan_out
 from runtime.supervision import Supervisor
+from runtime.urls import shown_url
 from sidecar.app import ModelEventFeed, Sidecar
 
 __all__ = ["Running", "build", "sidecar_clock"]
@@ -298,7 +299,7 @@ def _devnet_chain(config: Config, clock: Clock, demo: bool) -> _Chain:
     return _Chain(
         client,
         lambda s: ListenerPart(s, devnet.websocket_url, config),
-        f"embedded devnet: gRPC {devnet.grpc_url}, websocket {devnet.websocket_url}, chain {devnet.chain_id}",
+        f"embedded devnet: gRPC {devnet.grpc_url}, websocket {shown_url(devnet.websocket_url)}, chain {devnet.chain_id}",
         devnet.provider_address,
         model,
         world,
@@ -320,7 +321,8 @@ def _node_chain(config: Config, clock: Clock) -> _Chain:
     return _Chain(
         client,
         lambda s: ListenerPart(s, config.node.websocket_url, config),
-        f"node: gRPC {config.node.grpc_url}, websocket {config.node.websocket_url}, chain {config.chain.chain_id}, "
+        f"node: gRPC {shown_url(config.node.grpc_url)}, websocket {shown_url(config.node.websocket_url)}, "
+        f"chain {config.chain.chain_id}, "
         f"signing as {client.address}",
         client.address,
         closers=[client.close],

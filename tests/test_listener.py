@@ -279,6 +279,31 @@ def test_after_a_drop_it_reconnects_resubscribes_and_reconciles(harness):
     assert isinstance(lost, WebsocketLost) and lost.was_subscribed and lost.reason
 
 
+def test_a_key_in_the_websocket_url_is_used_to_connect_and_shown_nowhere(harness, caplog):
+    """A node provider's API key in the URL (a query value, a user): the connection uses it, while
+    the logs and the health message (and so ``/readyz`` and the capture) show it masked."""
+    caplog.set_level(logging.INFO)
+    secret = "Zk3yV4lu3NotForLogs"
+    host = harness.server.url.split("://", 1)[1]
+    harness.listener = ListenerActor.start(
+        harness.dispatcher, harness.router, f"ws://op:{secret}@{host}?apikey={secret}", P, harness.settings)
+    assert harness.connected()
+    assert harness.health.wait_for(lambda msgs: any(isinstance(m, WebsocketSubscribed) for m in msgs))
+    [subscribed] = [m for m in harness.health.messages if isinstance(m, WebsocketSubscribed)]
+    assert subscribed.url == f"ws://***@{host}?apikey=***"
+    assert secret not in caplog.text and "apikey=***" in caplog.text
+
+
+def test_a_url_is_shown_with_its_credentials_masked_and_its_host_kept():
+    from runtime.urls import shown_url
+
+    assert shown_url("ws://127.0.0.1:26657/websocket") == "ws://127.0.0.1:26657/websocket"
+    assert shown_url("wss://u:p@rpc.example.com/websocket?apikey=k&flag") == "wss://***@rpc.example.com/websocket?apikey=***&***"
+    assert shown_url("wss://node.example.com/ws/v3/9aa3d95b3bc440fa88ea12eaa4456161") == "wss://node.example.com/ws/v3/***"
+    assert shown_url("grpc+https://[::1]:9090") == "grpc+https://[::1]:9090"
+    assert shown_url("ws://host:99999/k3y") == "***"  # a port that does not parse: nothing of it shown
+
+
 def test_a_node_restart_is_ridden_out_with_backoff_and_reconciled(harness):
     harness.start_listener()
     assert harness.connected(1)
