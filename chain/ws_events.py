@@ -68,6 +68,11 @@ MAX_IDENTIFIER_LENGTH = 128
 #: A reason longer than this is cut (the chain itself refuses closure reasons
 #: over 256 characters).
 MAX_REASON_LENGTH = 256
+
+#: Attributes of free text (who closed a lease, and why): kept, but printable and bounded,
+#: so that a log line, a capture or a statement never carries a terminal escape or a lone
+#: surrogate (which msgpack cannot encode as text).
+_FREE_TEXT_ATTRIBUTES = ("closure_reason", "reason", "closed_by")
 #: Attributes whose values name things; they must be plain tokens.
 _IDENTIFIER_ATTRIBUTES = ("lease_uuid", "tenant", "provider_uuid")
 #: A tx hash: hex (CometBFT's is 64 characters of SHA-256).
@@ -393,7 +398,7 @@ def _append(
             skipped += 1
             continue
         attributes = row
-        for key in ("closure_reason", "reason"):
+        for key in _FREE_TEXT_ATTRIBUTES:
             text = row.get(key)
             if text is not None and (len(text) > MAX_REASON_LENGTH or not text.isprintable()):
                 if attributes is row:

@@ -53,7 +53,7 @@ def tx_frame(events, *, height=123, tx_hash=TX_HASH, sub_id=1, flat=True, tx_res
     return json.dumps({"jsonrpc": "2.0", "id": sub_id, "result": result})
 
 
-def closed(lease, tenant="manifest1tenant", provider=P, reason="credit depleted"):
+def closed(lease, tenant="manifest1tenant", provider=P, reason="credit depleted", by="manifest1prov"):
     return (
         "lease_closed",
         [
@@ -61,7 +61,7 @@ def closed(lease, tenant="manifest1tenant", provider=P, reason="credit depleted"
             ("tenant", tenant),
             ("provider_uuid", provider),
             ("settled_amounts", "10upwr"),
-            ("closed_by", "manifest1prov"),
+            ("closed_by", by),
             ("duration_seconds", "60"),
             ("closure_reason", reason),
         ],
@@ -246,7 +246,7 @@ def test_untrusted_identifiers_skip_the_event_and_reasons_are_cleaned(caplog, fl
         closed(L2, tenant="x" * 500),  # too long to be an identifier
         closed("a b", tenant="manifest1d"),  # whitespace
         closed("q'uote", tenant="manifest1d"),  # a quote
-        closed(L3, tenant="manifest1c", reason="bad\x00\nreason" + "r" * 400),
+        closed(L3, tenant="manifest1c", reason="bad\x00\nreason" + "r" * 400, by="\ud800" + "b" * 400),
     ]
     with caplog.at_level(logging.WARNING, logger="chain.ws_events"):
         frame = decode_frame(tx_frame(events, flat=flat, tx_result=not flat))
@@ -254,6 +254,8 @@ def test_untrusted_identifiers_skip_the_event_and_reasons_are_cleaned(caplog, fl
     assert frame.skipped == 4
     reason = frame.events[0].reason
     assert reason.startswith("bad??reason") and len(reason) == 256 and reason.isprintable()
+    by = frame.events[0].by  # who closed it: free text too (a lone surrogate, say)
+    assert by.startswith("?b") and len(by) == 256 and by.isprintable()
     warned = [r.getMessage() for r in caplog.records]
     assert sum("not a plain token" in m or "characters long" in m for m in warned) == 4
     assert not any("\x1b" in m for m in warned)  # the escape is shown escaped, never raw
