@@ -1169,6 +1169,14 @@ class CosmpyChainClient:
                 found = self._get_tx(operation, txhash)
                 if found is not None:
                     return abci_pb2.TxResponse(txhash=txhash, code=SDK_TX_IN_MEMPOOL, codespace=SDK)
+                # Not included yet, but the first send may well be pending on another node:
+                # signing again would spend the next sequence on a second tx of the same intent.
+                self._account = None
+                raise ChainError(
+                    f"{operation}: tx {txhash}: the answer to its broadcast was lost and the re-send was told "
+                    f"{r.raw_log!r}: the first send may be pending; it is not signed again",
+                    codespace=SDK, code=SDK_SEQUENCE_MISMATCH, transient=True, may_have_committed=True, tx_hash=txhash,
+                )
             return r
 
     def _get_tx(self, operation: str, txhash: str) -> abci_pb2.TxResponse | None:

@@ -919,3 +919,41 @@ def test_a_held_tx_not_included_in_time_is_a_final_error_with_its_hash(world: Wo
     wait_until(lambda: len(_withdraw_txs(world)) == 1, what="the held tx to be included")
     page = client.withdraw_outcome(err.tx_hash, PROVIDER)
     assert page is not None and page.withdrawal_count == 1 and page.tx_hash == err.tx_hash
+
+
+def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_nothing_new(world: World) -> None:
+    """CHAIN.md: one signer, one writer; two txs of one sequence collide. A re-send told 32 is not
+    proof the first copy is gone: signing again would make a second withdraw of the same intent."""
+    # The first BroadcastTx reaches the node (the tx enters its mempool), its answer is lost.
+    # The re-send lands on a node that does not hold those bytes in its cache (another node behind
+    # the load balancer, or one restarted): its CheckTx counts the first copy's sequence as used
+    # and answers sdk 32; GetTx does not know the tx yet (not included). The first copy is alive.
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=0.5)
+    world.blocks.pause()
+    world.devnet.faults.lose_response("BroadcastTx")
+    check_tx = world.node.check_tx
+    calls: list[int] = []
+
+    def load_balanced(raw: bytes):
+        calls.append(1)
+        if len(calls) == 2:  # the re-send: a node without the tx in its cache
+            world.node._cache.clear()
+        if len(calls) == 3:  # a second tx signed for the same withdraw
+            world.blocks.resume()
+        return check_tx(raw)
+
+    world.node.check_tx = load_balanced
+    signed: list[str] = []
+    outcome: object
+    try:
+        outcome = client.withdraw_by_provider(PROVIDER, b"", signed=signed.append)
+    except ChainError as exc:
+        outcome = exc
+    world.blocks.resume()
+    wait_until(lambda: world.node.mempool_size() == 0, what="the mempool to drain")
+
+    assert len(_withdraw_txs(world)) == 1, f"{len(_withdraw_txs(world))} withdraw txs applied for one intent"
+    assert signed[:1] == signed, f"signed {len(signed)} txs for one withdraw"
+    assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0]
