@@ -11,9 +11,11 @@ each of ``LOOKUP_DELAYS``:
 
 - applied: the ledger is told the page and its settlements, as for any page;
 - included but failed: it applied nothing; the lookups end;
-- not known to the node (yet), or the lookup itself failed transiently: the
-  next lookup; after the last, the tx is reported as never seen (an operator
-  can still check the hash);
+- not known to the node (yet), or the lookup itself failed transiently
+  (the node unreachable, or answering UNKNOWN or INTERNAL): the next lookup;
+  after the last, a node that answers "not found" has the tx reported as
+  never seen (an operator can still check the hash), while a lookup that
+  failed is asked again at the last delay: nothing is decided on a failed read;
 - any other failure: reported, the lookups end.
 
 Each lookup is kept in the ledger while it lasts (``WithdrawLookupOpened``,
@@ -154,6 +156,12 @@ def not_applied_yet(where: str, attempt: int, error: ChainFailure | None, nothin
         if error.may_have_committed:
             return f"{where}: its outcome cannot be read ({error.message}); look it up by hand", None
         return f"{where} was included and failed ({error.message}): {nothing}", None
+    if attempt >= len(LOOKUP_DELAYS) and error is not None:
+        # The schedule is over, but this lookup failed to read (the node down for an upgrade, say):
+        # nothing is decided on a failed read. Asked again at the last delay until a node answers.
+        delay = LOOKUP_DELAYS[-1]
+        return (f"{where}: lookup failed ({error.message}) after the last scheduled one: its outcome is "
+                f"still unknown; next lookup in {delay.total_seconds():g}s"), delay
     if attempt >= len(LOOKUP_DELAYS):
         waited = sum(LOOKUP_DELAYS, timedelta()).total_seconds() / 60
         return (f"{where} is still unknown to the node after {attempt} lookups over {waited:g} minutes: "

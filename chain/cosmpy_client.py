@@ -1185,7 +1185,11 @@ class CosmpyChainClient:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return None
-            raise rpc_error(operation, exc, may_have_committed=True) from None
+            error = rpc_error(operation, exc, may_have_committed=True)
+            # The node failed to answer (UNKNOWN, INTERNAL...): the tx's outcome is still unknown,
+            # so the lookup is asked again rather than ended (fred: GetTx errors are "not yet indexed").
+            error.transient = True
+            raise error from None
 
     def _await_inclusion(self, operation: str, txhash: str) -> abci_pb2.TxResponse:
         deadline = time.monotonic() + self.tx_timeout

@@ -14,11 +14,14 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import grpc
 import pytest
 from cosmpy.protos.cosmos.crypto.secp256k1.keys_pb2 import PubKey as Secp256k1PubKey
 from cosmpy.protos.cosmos.tx.v1beta1 import tx_pb2
 from google.protobuf.any_pb2 import Any as ProtoAny
 
+from actors.chain_actor import ChainDecisions
+from actors.effects import Send
 from chain.billing_pb import tx_pb2 as billing_tx
 from chain.errors import (
     BILLING,
@@ -37,10 +40,13 @@ from chain.keys import load_provider_key
 from chain.model import TxEvents
 from devnet.grpc_server import DevnetGrpcServer
 from devnet.node import TxRejected
+from messages.chain_actor import WithdrawTxAnswered, WithdrawTxCall
 from messages.coins import Coin, coins
+from messages.ledger import WithdrawLookupClosed
+from runtime.clock import utc
 from runtime.config import ConfigError, load_config
 from tests.devnet_harness import OTHER_PROVIDER, PROVIDER, World, make_world, wait_until
-from tests.support import addr
+from tests.support import addr, settings
 
 #: Every test here runs on both chain versions (CHAIN-VERSIONS.md).
 pytestmark = pytest.mark.usefixtures("chain_version")
@@ -957,3 +963,62 @@ def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_n
     assert len(_withdraw_txs(world)) == 1, f"{len(_withdraw_txs(world))} withdraw txs applied for one intent"
     assert signed[:1] == signed, f"signed {len(signed)} txs for one withdraw"
     assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0]
+
+
+class _NodeHiccup(grpc.RpcError):
+    """What the SDK's GetTx answers when its CometBFT RPC is briefly unreachable (a plain error: UNKNOWN)."""
+
+    def __init__(self, status: grpc.StatusCode, details: str) -> None:
+        self._status, self._details = status, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._status
+
+    def details(self) -> str:
+        return self._details
+
+
+class _FailingOnce:
+    def __init__(self, stub, error: grpc.RpcError) -> None:
+        self._stub, self._error = stub, error
+
+    def GetTx(self, *args, **kwargs):
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._stub.GetTx(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._stub, name)
+
+
+@pytest.mark.parametrize("status, details", [
+    (grpc.StatusCode.UNKNOWN, 'post failed: Post "http://localhost:26657": dial tcp 127.0.0.1:26657: connect: connection refused'),
+    (grpc.StatusCode.INTERNAL, "internal error"),
+])
+def test_a_lookup_that_failed_at_the_node_is_asked_again_not_closed(world: World, status, details) -> None:
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=0.2)
+    world.blocks.pause()
+    with pytest.raises(ChainError) as info:
+        client.withdraw_by_provider(PROVIDER, b"")
+    tx_hash = info.value.tx_hash
+    assert info.value.may_have_committed and tx_hash
+    world.blocks.resume()
+    wait_until(lambda: len(_withdraw_txs(world)) == 1, what="the tx to be included")  # it was applied
+
+    chain = ChainDecisions(settings())
+    chain.lookups.begin(1, 1, tx_hash, utc(2026, 3, 1))
+    client._txs = _FailingOnce(client._txs, _NodeHiccup(status, details))
+    try:
+        client.withdraw_outcome(tx_hash, PROVIDER)
+        pytest.fail("the hiccup should fail the lookup")
+    except ChainError as exc:
+        failure = exc.failure("withdraw_outcome")
+    out = chain.handle(WithdrawTxAnswered(1, 1, tx_hash, 1, error=failure), utc(2026, 3, 1))
+
+    closed = [e for e in out if isinstance(e, Send) and isinstance(e.message, WithdrawLookupClosed)]
+    again = [e for e in out if isinstance(e, Send) and isinstance(e.message, WithdrawTxCall)]
+    assert not closed, f"the record of an applied withdraw was closed on a failed read: {out[0].text}"
+    assert again and client.withdraw_outcome(tx_hash, PROVIDER) is not None  # the next lookup finds it

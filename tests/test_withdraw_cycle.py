@@ -202,6 +202,14 @@ def test_lookups_end_when_the_tx_failed_on_chain_or_after_the_last_delay() -> No
             at = calls[0].at
     assert not calls and "taken as never applied" in out[0].text
     assert chain.lookups.pending == {}
+    # A lookup that fails to read after the schedule is over decides nothing: asked again.
+    chain, out = _unknown_page("EF78")
+    for attempt in range(1, len(LOOKUP_DELAYS) + 3):
+        down = ChainFailure("withdraw_outcome", "unavailable", transient=True)
+        out = chain.handle(WithdrawTxAnswered(1, 2, "EF78", attempt, error=down), T0)
+        [call] = only(out, WithdrawTxCall)
+        assert call.message.attempt == attempt + 1 and not only(out, WithdrawLookupClosed)
+    assert call.at == T0 + LOOKUP_DELAYS[-1] and "EF78" in chain.lookups.pending
 
 
 def test_lookups_left_open_by_a_previous_run_go_on_from_the_first_delay() -> None:
