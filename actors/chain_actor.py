@@ -19,7 +19,7 @@ from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
 from actors.shell import CoreActor
-from actors.withdraw_cycle import WithdrawCycle, WithdrawResume
+from actors.withdraw_cycle import WithdrawCycle, WithdrawResume, page_to_ledger
 from actors.withdraw_failures import FailingLeases
 from actors.withdraw_lookup import WithdrawLookups
 from messages.chain import ChainFailure
@@ -86,8 +86,14 @@ class ChainDecisions:
             return self.lookups.signed(message, now)
         if isinstance(message, WithdrawPageAnswered):
             w = self.withdraw
-            if w is None or w.cycle != message.cycle:
-                return []  # what it signed stays in the books, to be looked up at the next start
+            if w is None or w.cycle != message.cycle or w.done:
+                # Its cycle is over (aborted), but what the tx applied is a fact all the same.
+                late = page_to_ledger(message.cycle, message.page, message.result, now) if message.result else []
+                closed, recorded = self.lookups.settled(message)
+                error = message.error
+                if error is not None and error.may_have_committed:
+                    closed += self.lookups.begin(message.cycle, message.page, error.tx_hash, now, recorded)
+                return late + closed
             was_done = w.done
             out = w.answered(message, now)
             self.cursor, self.resume = w.cursor, w.resume

@@ -261,3 +261,23 @@ def test_a_signed_tx_whose_answer_may_have_committed_goes_to_the_lookups_without
     (look,) = only(out, WithdrawTxCall)
     assert look.message == WithdrawTxCall(1, 1, "AB12", 1)
     assert chain.lookups.pending == {"AB12": (1, 1)}
+
+
+def test_a_page_applied_after_its_cycle_was_aborted_is_booked_all_the_same() -> None:
+    """A step of the cycle raised and ``recover`` ended it while a page's call was out: the tx it
+    signed applied, and its answer is a fact for the books (its record is closed only behind it)."""
+    chain = paging_chain()  # cycle 1, page 1 sent
+    chain.handle(WithdrawTxSigned(1, 1, 1, "TX1"), T0)
+    chain.recover(WithdrawableAnswered(1, ()), T0)
+    assert chain.withdraw.done
+    out = chain.handle(WithdrawPageAnswered(1, 1, 1, result=page(1, b"k1")), T0)
+    sent = [e.message for e in out if isinstance(e, Send)]
+    kinds = [type(m) for m in sent]
+    assert WithdrawalRecorded in kinds and kinds.index(WithdrawalRecorded) < kinds.index(WithdrawLookupClosed)
+    # One that may have committed is looked up, its record kept open meanwhile.
+    chain = paging_chain()
+    chain.handle(WithdrawTxSigned(1, 1, 1, "TX2"), T0)
+    chain.recover(WithdrawableAnswered(1, ()), T0)
+    lost = ChainFailure("withdraw", "timed out", transient=True, may_have_committed=True, tx_hash="TX2")
+    out = chain.handle(WithdrawPageAnswered(1, 1, 1, error=lost), T0)
+    assert not only(out, WithdrawLookupClosed) and [c.message.tx_hash for c in only(out, WithdrawTxCall)] == ["TX2"]
