@@ -30,7 +30,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from actors.effects import Effect, Note, Send
-from actors.withdraw_lookup import LOOKUP_DELAYS, not_applied_yet
+from actors.withdraw_lookup import KEPT_FOR_NEXT_START, LOOKUP_DELAYS, not_applied_yet, outcome_unreadable
 from messages.chain import CloseOutcome
 from messages.chain_actor import CloseBatchAnswered, CloseTxAnswered, CloseTxCall, CloseTxSigned
 from messages.coins import coins, coins_to_dict, format_coins
@@ -134,6 +134,9 @@ class CloseLookups:
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
+        if delay is None and outcome_unreadable(m.error):
+            del self.pending[m.tx_hash]
+            return [Note(f"{text}; {KEPT_FOR_NEXT_START}", event="close_lookup_ended", level="warning")]
         if delay is None:
             del self.pending[m.tx_hash]
             return [Note(text, event="close_lookup_ended", level="warning"), Send(LEDGER, CloseLookupClosed(m.tx_hash))]

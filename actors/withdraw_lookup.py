@@ -16,6 +16,9 @@ each of ``LOOKUP_DELAYS``:
   after the last, a node that answers "not found" has the tx reported as
   never seen (an operator can still check the hash), while a lookup that
   failed is asked again at the last delay: nothing is decided on a failed read;
+- found, but what it did cannot be read (an answer that does not decode):
+  reported; the lookups end for this run, but its record stays in the books
+  (``run.py periods`` lists it) and the next start looks it up again;
 - any other failure: reported, the lookups end.
 
 Each lookup is kept in the ledger while it lasts (``WithdrawLookupOpened``,
@@ -49,7 +52,7 @@ from messages.coins import format_coins
 from messages.ledger import WithdrawLookupClosed, WithdrawLookupOpened
 from runtime.router import CHAIN_IO, LEDGER
 
-__all__ = ["WithdrawLookups", "LOOKUP_DELAYS", "not_applied_yet"]
+__all__ = ["WithdrawLookups", "LOOKUP_DELAYS", "not_applied_yet", "outcome_unreadable", "KEPT_FOR_NEXT_START"]
 
 #: When to look a tx up, each counted from the previous lookup. The client
 #: already waited its ``tx_timeout`` for inclusion; a tx still in a mempool
@@ -136,9 +139,26 @@ class WithdrawLookups:
                 self._end(m.tx_hash),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it withdrew nothing")
+        if delay is None and outcome_unreadable(m.error):
+            del self.pending[m.tx_hash]
+            return [Note(f"{text}; {KEPT_FOR_NEXT_START}", event="withdraw_lookup_ended", level="warning")]
         if delay is None:
             return [Note(text, event="withdraw_lookup_ended", level="warning"), self._end(m.tx_hash)]
         return [Note(text), Send(CHAIN_IO, WithdrawTxCall(m.cycle, m.page, m.tx_hash, m.attempt + 1), at=now + delay)]
+
+
+#: Said of a tx whose lookups end while its outcome is still unknown: its record stays.
+KEPT_FOR_NEXT_START = "its record stays in the books (run.py periods lists it) and it is looked up again at the next start"
+
+
+def outcome_unreadable(error: ChainFailure | None) -> bool:
+    """The lookup found the tx but could not read what it did (an answer that does not decode).
+
+    The tx may well have applied: its record is kept, not closed, so the books
+    keep saying they lack it, and a later start (a fixed build, another node)
+    reads it again.
+    """
+    return error is not None and not error.transient and error.may_have_committed and not is_no_tx_index(error)
 
 
 def not_applied_yet(where: str, attempt: int, error: ChainFailure | None, nothing: str) -> tuple[str, timedelta | None]:

@@ -276,7 +276,22 @@ def _periods(args: argparse.Namespace, ledger: Ledger, config: Any, now: datetim
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     _print_lease_notes(held, ledger.lease_issues())
+    _print_open_lookups(ledger)
     return 0
+
+
+def _print_open_lookups(ledger: Ledger) -> None:
+    """The txs signed whose outcome the books do not hold yet: being looked up, or unreadable."""
+    withdraws, closes = ledger.withdraw_lookups(), ledger.close_lookups()
+    if not withdraws and not closes:
+        return
+    print()
+    print("txs whose outcome is not in the books yet (looked up while the sidecar runs, and at each start):")
+    for w in withdraws:
+        print(f"  withdraw tx {w.tx_hash} (cycle {w.cycle}, page {w.page}), signed {iso(w.at)}")
+    for c in closes:
+        leases = sum(len(u) for _, u in c.by_tenant)
+        print(f"  close tx {c.tx_hash} ({leases} lease(s) of {len(c.by_tenant)} tenant(s)), signed {iso(c.at)}")
 
 
 def _held(ledger: Ledger, run_id: str) -> list[tuple[str, str, str]]:

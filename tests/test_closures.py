@@ -143,6 +143,11 @@ def test_a_close_looked_up_and_found_included_and_failed_closed_nothing() -> Non
     assert "was included and failed" in note.text and "it closed nothing" in note.text
     assert ended.message == CloseLookupClosed("CD" * 32)  # the write-ahead entry ends in the books too
     assert lookups.pending == {}
+    # One whose outcome cannot be read may have closed: its entry stays for the next start.
+    lookups.begin("EF" * 32, (("manifest1a", ("la",)),), "credit depleted", T0)
+    unreadable = ChainFailure("close_outcome", "undecodable", transient=False, may_have_committed=True)
+    [note] = lookups.answered(CloseTxAnswered("EF" * 32, ("la",), 1, None, unreadable), T0)
+    assert "looked up again at the next start" in note.text and lookups.pending == {}
 
 
 def test_a_close_tx_is_written_ahead_when_signed_and_its_entry_closed_behind_what_its_answer_booked() -> None:

@@ -190,6 +190,10 @@ def test_periods_and_statements_say_what_the_books_lack_per_lease(capsys, config
             (ALICE, PROVIDER, to_us(utc(2026, 3, 9))),
         )
     lg.record(LeaseIssue(utc(2026, 3, 20), "lb", "no_tx_index", "transaction indexing is disabled", BOB))
+    from messages.ledger import CloseLookupOpened, WithdrawLookupOpened
+
+    lg.record(WithdrawLookupOpened("AB12", 4, 2, utc(2026, 3, 21)))  # a withdraw whose outcome is unknown
+    lg.record(CloseLookupOpened("CD34", "credit gone", ((BOB, ("lb", "lc")),), utc(2026, 3, 22)))
     lg.close()
     code, _, _ = run(capsys, config, "meter", "--period", "2026-03", "--now", "2026-04-02T00:00:00Z")
     assert code == 0  # the month is metered: the unpriced lease holds back only itself
@@ -199,6 +203,8 @@ def test_periods_and_statements_say_what_the_books_lack_per_lease(capsys, config
     assert "held back" in header and "1 lease(s)" in march
     assert f"lease unpriced of {ALICE}: held back from the month's run (no known price" in out
     assert f"lease lb of {BOB}: ended while unheard, and the node keeps no tx index" in out
+    assert "withdraw tx AB12 (cycle 4, page 2), signed 2026-03-21" in out
+    assert "close tx CD34 (2 lease(s) of 1 tenant(s)), signed 2026-03-22" in out
 
     code, out, _ = run(capsys, config, "statement", "--period", "2026-03")
     rows = list(csv.DictReader(io.StringIO(out)))

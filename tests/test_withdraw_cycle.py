@@ -281,3 +281,14 @@ def test_a_page_applied_after_its_cycle_was_aborted_is_booked_all_the_same() -> 
     lost = ChainFailure("withdraw", "timed out", transient=True, may_have_committed=True, tx_hash="TX2")
     out = chain.handle(WithdrawPageAnswered(1, 1, 1, error=lost), T0)
     assert not only(out, WithdrawLookupClosed) and [c.message.tx_hash for c in only(out, WithdrawTxCall)] == ["TX2"]
+
+
+def test_a_tx_whose_outcome_cannot_be_read_keeps_its_record_for_the_next_start() -> None:
+    """Included, but its answer does not decode: it may have withdrawn. The lookups end in this run
+    (the same answer would be read again), and the books keep the tx (``run.py periods``)."""
+    chain, out = _unknown_page("GH90")
+    unreadable = ChainFailure("withdraw_outcome", "amount '7.5' is not an integer", transient=False,
+                              may_have_committed=True, tx_hash="GH90")
+    out = chain.handle(WithdrawTxAnswered(1, 2, "GH90", 1, error=unreadable), T0)
+    assert not only(out, WithdrawTxCall) and not only(out, WithdrawLookupClosed)
+    assert "looked up again at the next start" in out[0].text and chain.lookups.pending == {}
