@@ -10,11 +10,12 @@ withdraws and closures go to ``actors.dry_run`` instead: read, told, not sent.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Callable
 
 from actors import dry_run
-from actors.close_lookup import CloseLookups
+from actors.close_lookup import CloseLookups, closure_facts
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
@@ -45,7 +46,11 @@ from runtime.clock import Clock
 from runtime.dispatch import Dispatcher
 from runtime.router import CHAIN, SCHEDULER, Router
 
-__all__ = ["ChainDecisions", "ChainActor"]
+__all__ = ["ChainDecisions", "ChainActor", "ABORTED_ROUNDS_KEPT"]
+
+#: Ended rounds kept for their late answers. A round's calls answer within the client's
+#: tx timeout; rounds ended faster than that are a crash loop, which ends the process.
+ABORTED_ROUNDS_KEPT = 64
 
 
 class ChainDecisions:
@@ -54,6 +59,9 @@ class ChainDecisions:
         self.withdraw: WithdrawCycle | None = None
         self.buffer = ClosureBuffer()
         self.rounds: dict[int, CloseRound] = {}
+        #: Rounds ``recover`` ended while batch calls were out: their late answers are still
+        #: facts for the books (the tx applied or may have), and need the round's tenants.
+        self.aborted: OrderedDict[int, CloseRound] = OrderedDict()
         self._round_counter = 0
         self.lookups = WithdrawLookups()
         self.close_lookups = CloseLookups()
@@ -109,7 +117,7 @@ class ChainDecisions:
         if isinstance(message, CloseTxAnswered):
             return self.close_lookups.answered(message, now)
         if isinstance(message, CloseTxSigned):
-            rnd = self.rounds.get(message.round)
+            rnd = self.rounds.get(message.round) or self.aborted.get(message.round)
             batch = rnd.batches.get(message.batch) if rnd is not None else None
             if rnd is None or batch is None:
                 return []  # no round to say whose leases: it cannot happen while its call is out
@@ -152,6 +160,9 @@ class ChainDecisions:
         if isinstance(message, (NodeStatusAnswered, CloseBatchAnswered, LeaseCheckAnswered)):
             rnd = self.rounds.get(message.round)
             if rnd is None:
+                late = self.aborted.get(message.round)
+                if late is not None and isinstance(message, CloseBatchAnswered):
+                    return self._late_batch(late, message, now)
                 return []
             if isinstance(message, NodeStatusAnswered):
                 out = rnd.on_status(message, now)
@@ -194,8 +205,32 @@ class ChainDecisions:
         if isinstance(message, self._ROUND_STEPS):
             rnd = self.rounds.pop(message.round, None)
             if rnd is not None and not rnd.finished:
+                if any(not b.done for b in rnd.batches.values()):
+                    self.aborted[rnd.round] = rnd
+                    while len(self.aborted) > ABORTED_ROUNDS_KEPT:
+                        self.aborted.popitem(last=False)
                 return rnd.abort(failure, now)
         return []
+
+    def _late_batch(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
+        """A batch of a round ``recover`` ended answers: book what its tx did; the round stays over.
+
+        Its tenants were told the round failed and re-check on their own; the
+        books still need the close's facts, and its write-ahead record closed
+        only behind them (or a lookup, if the tx may have been applied).
+        """
+        batch = rnd.batches.get(m.batch)
+        if batch is None or batch.done:
+            return []
+        batch.done = True
+        out: list[Effect] = []
+        if m.outcome is not None:
+            out += closure_facts(m.outcome, rnd.by_tenant(m.lease_uuids), batch.reason, now)
+        closed, recorded = self.close_lookups.settled(m)
+        out += closed + self._look_up_close(rnd, m, now, recorded)
+        if all(b.done for b in rnd.batches.values()):
+            del self.aborted[rnd.round]
+        return out
 
     def _in_cycle(self, cycle: int, step: Callable[[WithdrawCycle], list[Effect]]) -> list[Effect]:
         w = self.withdraw

@@ -183,6 +183,39 @@ def test_a_close_tx_is_written_ahead_when_signed_and_its_entry_closed_behind_wha
     assert [e.message.tx_hash for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)] == ["CD" * 32]
 
 
+def test_a_batch_that_answers_after_its_round_was_ended_by_a_failure_is_still_booked() -> None:
+    """Handling a step of the round raised and ``recover`` ended it while a batch's tx was out:
+    its tenants re-check on their own, but the tx's facts still reach the books, its record closed
+    behind them; and a batch that may have committed is looked up."""
+    from actors.chain_actor import ChainDecisions
+    from messages.chain_actor import CloseTxCall, CloseTxSigned, FlushClosures
+
+    chain = ChainDecisions(S)
+    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    chain.recover(NodeStatusAnswered(status.round, FRESH), T0)  # a later step raised: the round is over
+    assert batch.round not in chain.rounds
+    out = chain.handle(CloseTxSigned(batch.round, batch.batch, "EF" * 32), T0)
+    assert [m.tx_hash for m in msgs(out, CloseLookupOpened)] == ["EF" * 32]
+    settled = tuple(LeaseSettled(T0, "EF" * 32, u, (Coin("umfx", 3),), kind="close") for u in ("la", "lb"))
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, CloseOutcome(2, ("EF" * 32,), settled)), T0)
+    ledger = [type(e.message).__name__ for e in out if isinstance(e, Send) and e.to == "ledger"]
+    assert ledger == ["SettlementsRecorded", "ClosureRecorded", "ClosureRecorded", "CloseLookupClosed"]
+    assert chain.aborted == {}  # every batch answered: nothing more is awaited
+    # One that may have committed: looked up, its record kept.
+    chain.handle(CloseRequested(2, "manifest1a", ("lc",), "credit depleted", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(2), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    chain.recover(NodeStatusAnswered(status.round, FRESH), T0)
+    chain.handle(CloseTxSigned(batch.round, batch.batch, "CD" * 32), T0)
+    lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True, tx_hash="CD" * 32)
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, None, lost), T0)
+    assert not msgs(out, CloseLookupClosed)
+    assert [e.message.tx_hash for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)] == ["CD" * 32]
+
+
 def test_close_txs_left_open_by_a_previous_run_are_looked_up_at_start() -> None:
     from actors.chain_actor import ChainDecisions
     from actors.withdraw_lookup import LOOKUP_DELAYS
