@@ -57,12 +57,15 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
 class NodeSettings:
     grpc_url: str = setting(
-        "grpc+http://127.0.0.1:9090", "node gRPC endpoint: grpc+http://host:port or grpc+https://host:port"
+        "grpc+http://127.0.0.1:9090", "node gRPC endpoint: grpc+http://host:port or grpc+https://host:port",
+        url=True,
     )
     tls_ca_file: str = setting(
         "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs"
     )
-    websocket_url: str = setting("ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)")
+    websocket_url: str = setting(
+        "ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)", url=True
+    )
     key_file: str = setting(
         "", "file holding the provider key (mnemonic or hex); must be mode 0600; relative to the config file's folder",
         path=True,

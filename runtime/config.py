@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar, get_type_hints
 
 from runtime.key_material import looks_like_key, shown
+from runtime.urls import shown_url
 
 __all__ = [
     "ConfigError",
@@ -308,6 +309,8 @@ class Config:
                 if f.metadata.get("secret"):
                     continue
                 v = getattr(obj, f.name)
+                if f.metadata.get("url") and isinstance(v, str):
+                    v = shown_url(v)  # a node provider's API key often rides in the URL
                 values[f.name] = format_duration(v) if isinstance(v, timedelta) else v
             out[name] = values
         return out

@@ -468,3 +468,20 @@ def test_a_budget_of_zero_keeps_every_file_and_a_budget_below_a_file_is_refused(
     assert len(_capture_files(s.directory)) == len(writer.paths) > 5
     with pytest.raises(ConfigError, match=r"\[capture\] max_total_bytes must be 0 .* or at least max_file_bytes"):
         load_config(overrides={"capture": {"max_file_bytes": 1 << 20, "max_total_bytes": 4096}})
+
+
+def test_node_url_credentials_never_reach_a_capture_file(tmp_path: Path, clock) -> None:
+    cfg = load_config(overrides={"node": {
+        "grpc_url": "grpc+https://alice:s3cr3tpass@grpc.example.net:443",
+        "websocket_url": "wss://rpc.example.net/v3/a1b2c3d4e5f6a7b8c9d0e1f2/websocket",
+    }})
+    writer = CaptureWriter(CaptureSettings(directory=str(tmp_path / "cap"), background=False),
+                           clock_now=clock.now, config=cfg).open()
+    writer.close()
+    raw = b"".join(Path(p).read_bytes() for p in writer.paths)
+    assert b"s3cr3tpass" not in raw
+    assert b"a1b2c3d4e5f6a7b8c9d0e1f2" not in raw
+    # and the masked capture still replays: its configuration is rebuilt
+    from replay.config import replay_config
+    start = next(e.record for e in CaptureReader(writer.paths) if type(e.record).__name__ == "RunStart")
+    replay_config(start.config)
