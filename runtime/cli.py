@@ -28,7 +28,7 @@ import sys
 from contextlib import contextmanager
 from typing import IO, Any, Callable, Iterator, NoReturn
 
-from runtime.key_material import NOT_SHOWN, looks_like_key
+from runtime.key_material import NOT_SHOWN, looks_like_key, redacted
 
 __all__ = [
     "EXIT_ERROR",
@@ -70,7 +70,8 @@ class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line: the command, the flag, what it takes."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(error_line(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+        # argparse quotes the offending value as typed: a mnemonic pasted into the wrong flag stays unshown.
+        sys.stderr.write(error_line(redacted(f"{self.prog}: {message} (see {self.prog} --help)")) + "\n")
         raise SystemExit(EXIT_ERROR)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["looks_like_key", "shown", "NOT_SHOWN"]
+__all__ = ["looks_like_key", "shown", "redacted", "NOT_SHOWN"]
 
 _HEX_KEY = re.compile(r"(?<![0-9a-fA-F])(?:0[xX])?[0-9a-fA-F]{64}(?![0-9a-fA-F])")
 #: Twelve words or more: the fewest a BIP-39 mnemonic has, and every longer one.
@@ -65,3 +65,8 @@ def shown(value: Any) -> str:
     if len(text) > _SHOWN_CHARS:
         return f"{text[: _SHOWN_CHARS - 3]}... ({len(text)} characters)"
     return text
+
+
+def redacted(text: str) -> str:
+    """``text`` with every run shaped like a hex key or a mnemonic replaced by ``NOT_SHOWN``."""
+    return _MNEMONIC.sub(NOT_SHOWN, _HEX_KEY.sub(NOT_SHOWN, text))

@@ -121,3 +121,19 @@ def test_the_longest_duration_at_the_slowest_speed_is_a_wait_not_an_overflow() -
     assert run._real_seconds(timedelta(minutes=30), 60.0) == 30.0
     assert run._real_seconds(None, 60.0) is None
     threading.Event().wait(run._real_seconds(timedelta(seconds=1), 1e5))  # a real wait of 10 us
+
+
+_MNEMONIC = "economy stock theory fatal elder harbor betray wasp final emotion task crumble"
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--speed", _MNEMONIC],
+    ["run", _MNEMONIC],
+    ["replay", "--until", _MNEMONIC, "x.lwcap"],
+    ["run", "--log-level", _MNEMONIC],
+])
+def test_a_mnemonic_typed_into_a_flag_is_not_echoed(capsys, argv) -> None:
+    code = run.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "economy" not in err and "crumble" not in err, err
