@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from capture.errors import CaptureError
+from capture.errors import CaptureError, CaptureWriteError
 from chain.keys import KeyLoadError
 from ledger.identity import IdentityMismatch
 from ledger.periods import PeriodError
@@ -33,6 +33,7 @@ OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
     NotALedgerError,
     PeriodError,
     CaptureError,
+    CaptureWriteError,  # [capture] directory cannot be made or written: the setting, not a bug
     OSError,
     sqlite3.Error,
 )

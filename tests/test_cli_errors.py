@@ -137,3 +137,17 @@ def test_a_mnemonic_typed_into_a_flag_is_not_echoed(capsys, argv) -> None:
     err = capsys.readouterr().err
     assert code == 2
     assert "economy" not in err and "crumble" not in err, err
+
+
+def test_a_capture_directory_that_cannot_be_made_is_an_operators_error_not_a_bug(tmp_path, capsys) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        '[chain]\nmode = "model"\n[metrics]\nlisten = ""\n'
+        f'[ledger]\npath = ""\n[capture]\ndirectory = "{blocker}/captures"\n'
+    )
+    code = run.main(["--config", str(cfg), "run", "--duration", "1s"])
+    err = capsys.readouterr().err
+    assert "internal error" not in err, err
+    assert code == 2 and "captures" in err, err
