@@ -257,7 +257,7 @@ class Divergence:
     """A decision today's code makes differently from the captured run."""
 
     run_id: str
-    kind: str  # changed | missing | extra | unreplayable | crashed
+    kind: str  # changed | missing | extra | unreplayable
     address: str
     #: The input whose handling led to this decision.
     input_seq: int
@@ -435,8 +435,6 @@ class _Run:
         self.cores: dict[str, Any] = {}
         self.fresh: set[str] = set()
         self.retired: dict[str, int] = {}
-        self.crashed: dict[str, int] = {}
-        self.crash_reported: set[str] = set()
         self.pending: dict[int, _Input] = {}
         self.pending_immediate = 0
         self.inputs_bitmap = bytearray()
@@ -792,15 +790,6 @@ class _Run:
                 if text is not None:
                     self.out.append(Step("input", at, seq, address, _tenant_of(address) or _message_tenant(message),
                                          f"{sender}: {text}"))
-        if self.crashed and address in self.crashed:
-            if address not in self.crash_reported:
-                self.crash_reported.add(address)
-                self._diverge(
-                    "crashed", address, _Input(rec, path, offset, index), seq,
-                    f"the replayed core raised at input #{self.crashed[address]}, "
-                    "but the captured actor went on handling messages",
-                )
-            return
         if opaque:
             self._diverge(
                 "unreplayable", address, _Input(rec, path, offset, index), seq,
@@ -813,10 +802,20 @@ class _Run:
             core = self.cores[address] = self.r._build_core(address, self.config)
         try:
             effects = core.handle(message, at)
-        except Exception as exc:  # the live actor would have failed and stopped the same way
-            self.crashed[address] = seq
+        except Exception as exc:
+            # As the live shell does (actors.shell.CoreShell.on_receive, runtime.dispatch): the failure
+            # is logged, the core's ``recover`` decisions are carried out and the actor goes on with
+            # the same core. Whether the live run failed there too shows in the decisions that follow.
             self.out.append(Step("error", at, seq, address, _tenant_of(address), f"core raised {type(exc).__name__}: {exc}"))
-            return
+            recover = getattr(core, "recover", None)
+            effects = []
+            if recover is not None:
+                try:
+                    effects = recover(message, at)
+                except Exception as again:
+                    self.out.append(Step("error", at, seq, address, _tenant_of(address),
+                                         f"core could not recover: {type(again).__name__}: {again}"))
+                    effects = []
         if effects:
             self._decided(rec, path, offset, index, effects)
 
@@ -919,7 +918,7 @@ class _Run:
                         )
             for exp in inp.timers:
                 due = exp.at
-                stopped = self.retired.get(inp.address, -1) >= inp.seq or inp.address in self.crashed
+                stopped = self.retired.get(inp.address, -1) >= inp.seq
                 if until is not None and due > until:  # type: ignore[operator]
                     self.excused["timer past --until"] += 1
                 elif self.last_at is not None and due > self.last_at - self.timer_slack:  # type: ignore[operator]
