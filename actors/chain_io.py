@@ -312,7 +312,7 @@ class ChainIO(PooledActor):
         with self._state:
             rows = self._rows
             providers = []
-            cost = page_estimate(rows.get("accounts", len(tenants)))
+            cost = 2 * page_estimate(rows.get("accounts", len(tenants)))  # read before and after the balances
             for provider, sharing in self._sharing.items():
                 pages = page_estimate(rows.get(f"provider:{provider}", len(sharing)), lease_page)
                 if pages <= len(sharing & wanted):  # each tenant it holds saves a call at least
@@ -399,7 +399,16 @@ class ChainIO(PooledActor):
             holders.append(owners)
             with self._state:
                 self._rows[f"denom:{denom}"] = len(owners.balances)
+        # R and the counts again, after the balances: a lease created (its tranche reserved) or
+        # settled between the accounts and the balances moves them; such a tenant is read alone.
+        again, error = _attempt("credit_accounts", self.client.credit_accounts)
+        if error is not None:
+            logger.info("bulk credit read: %s; every tenant is read on its own", error.message)
+            return {}, tenants
+        later = {a.tenant: a for a in again.accounts}
         why = in_order(listings, accounts, holders)
+        if why is None and holders and again.height < max(p.top_height for p in holders):
+            why = "the accounts were read again below the balances' height (a node further behind)"
         if why is not None:
             logger.info("bulk credit read: %s; every tenant is read on its own", why)
             return {}, tenants
@@ -410,6 +419,9 @@ class ChainIO(PooledActor):
         cycle = m.cycle
         for tenant, (account, leases, relevant) in parts.items():
             kind = kinds.get(account.credit_address) if account is not None else None
+            if account is not None and _moved(account, later.get(tenant)):
+                alone.append(tenant)
+                continue
             got = compose(account, leases, balances, kind, shown.get(tenant, ()), denoms=relevant, height=height)
             if type(got) is str:
                 alone.append(tenant)
@@ -547,6 +559,17 @@ class ChainIO(PooledActor):
             "close_leases", lambda: self.client.close_leases(m.lease_uuids, m.reason, signed=signed), signs=True
         )
         return CHAIN, CloseBatchAnswered(m.round, m.batch, m.lease_uuids, outcome, error)
+
+
+def _moved(before: CreditAccount, after: CreditAccount | None) -> bool:
+    """Whether an account's reservations or lease counts changed between two listings of it."""
+    return after is None or (
+        before.reserved_amounts, before.unattributed_reserved_amounts, before.active_lease_count,
+        before.pending_lease_count, before.unattributed_lease_count,
+    ) != (
+        after.reserved_amounts, after.unattributed_reserved_amounts, after.active_lease_count,
+        after.pending_lease_count, after.unattributed_lease_count,
+    )
 
 
 def _attempt(operation: str, call: Callable[[], Any]) -> tuple[Any, ChainFailure | None]:

@@ -24,7 +24,13 @@ out no larger than the truth at some height:
 - a lease created or closed between the lease listings and the accounts
   moves the account's ACTIVE count away from the leases listed, which a
   tenant's read must match; the accounts are read after the listings, so
-  R never lacks the tranche of a lease the listings hold.
+  R never lacks the tranche of a lease the listings hold;
+- a lease created between the accounts and the balances reserves its
+  tranche into R (current chain, CHAIN-VERSIONS.md 2.6) while still
+  PENDING, in no listing and no ACTIVE count: R read before it lacks that
+  tranche (too much credit). So the accounts are listed again after the
+  balances (``ChainIO._bulk_reads``), at or above their height, and a
+  tenant whose R, U or counts moved between the two is read on its own.
 
 ``in_order`` checks that by the pages' heights (a node behind a load
 balancer can answer a later page from a lower height); a part of unknown

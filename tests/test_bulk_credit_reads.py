@@ -13,6 +13,7 @@ import pytest
 
 from actors.chain_io import ChainIO, InlineExecutor
 from actors.credit_bulk import compose, in_order, relevant_denoms
+from actors.credit_rule import judge
 from actors.shell import start_actor
 from chain.client import AccountListing, HolderListing, Listing
 from chain.model_client import ModelChainClient
@@ -78,7 +79,7 @@ def test_after_one_cycle_of_own_reads_a_cycle_costs_a_few_listings_not_two_calls
     calls = w.cycle(2)
     # Ours and the other provider's leases, the accounts, and the holders of umfx (what the leases
     # charge: the tenant's own answer shows no upwr either, CHAIN-VERSIONS.md 1.8's relevant denoms).
-    assert calls == {"leases_by_provider": 2, "credit_accounts": 1, "denom_owners": 1}
+    assert calls == {"leases_by_provider": 2, "credit_accounts": 2, "denom_owners": 1}
     for t in w.tenants:
         read = w.read(t)
         own = w.model.credit_account(t)[0]
@@ -208,3 +209,42 @@ def test_a_tenant_whose_reads_always_fail_fails_in_bulk_too_and_is_never_judged_
     w.cycle(2)
     assert isinstance(w.monitors[failing].received[0], CreditReadFailed)
     assert all(w.read(t).leases_listed for t in w.tenants if t != failing)
+
+
+def test_a_lease_created_between_the_accounts_and_the_balances_does_not_make_a_bulk_read_say_credit_to_spare() -> None:
+    """Current chain: a new (PENDING) lease reserves its tranche into R (2.6), which our lease may not spend.
+
+    The bulk read takes R from ``CreditAccounts`` and B from ``DenomOwners`` read later. A lease created
+    between the two is in neither the accounts nor the listings, so R lacks its tranche: S = B - (R - A)
+    comes out larger than the truth at every height, and a lease whose credit is gone is judged to have
+    credit to spare (its depletion wake planned up to T / rate later).
+    """
+    if not chain_version().reservation_isolation:
+        pytest.skip("v2.1.0 spends the raw balance: reservations do not decide")
+    w = World()
+    edge = addr("edge")
+    w.model.fund_credit(edge, [Coin("umfx", 1_000)])
+    ours = w.model.create_lease(edge, PROVIDER, [item(10)])  # tranche 10 (min_lease_duration 1)
+    w.tenants.append(edge)
+    w.monitors[edge] = probe(w.router, w.d, tenant_address(edge))
+    w.cycle(1)
+    w.cycle(2)
+    real = w.client.denom_owners
+    created = []
+
+    def meanwhile(denom: str) -> HolderListing:
+        if not created:  # the tenant opens a lease with another provider while the walk runs
+            created.append(w.model.create_lease(edge, OTHER, [item(200)], acknowledge=False))
+        return real(denom)
+
+    w.client.denom_owners = meanwhile  # type: ignore[method-assign]
+    w.cycle(3)
+    now = w.clock.now()
+    own_account, _ = w.model.credit_account(edge)
+    own_leases = tuple(r.lease for r in w.model.leases_by_tenant(edge, "ACTIVE")[0])
+    (truth,) = judge(own_account, own_leases, {ours.uuid}, now)
+    assert truth.gone, truth  # the tenant's own read at the chain's state: gone
+    assert w.model._plan(w.model._leases[ours.uuid], now).exhausted  # and the chain would close it if touched
+    read = w.read(edge)
+    (seen,) = judge(read.account, read.leases, {ours.uuid}, now)
+    assert seen.gone, (read.leases_listed, seen)
