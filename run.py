@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from runtime.cli import Parser, UsageError, closed_output_guard, error_line, run_guarded  # noqa: E402
 from runtime.clock import RealClock  # noqa: E402
-from logs.output import start_log  # noqa: E402
+from logs.output import LogOutput, start_log  # noqa: E402
 from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, convert_setting, format_duration, load_config, parse_duration  # noqa: E402
 from runtime.key_material import shown  # noqa: E402
@@ -89,16 +89,28 @@ def load(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sidecar.runner import build, describe, sidecar_clock
-    from sidecar.summary import RunSummary
+    from sidecar.runner import sidecar_clock
 
-    from runtime.memory import freeze_startup_objects, tune_gc
+    from runtime.memory import tune_gc
 
     tune_gc()
     config = load(args)
     clock, devnet_clock = sidecar_clock(config)
-    speed = clock.speed
     output = start_log(config.log, clock.now, args.log_level)
+    try:
+        return _run_logged(args, config, clock, devnet_clock, output)
+    finally:
+        output.close()  # on every way out, a start that failed included
+
+
+def _run_logged(args: argparse.Namespace, config: Config, clock: RealClock, devnet_clock: str | None, output: LogOutput) -> int:
+    """``run``, its log started: the sidecar up for ``--duration``, then its summary."""
+    from sidecar.runner import build, describe
+    from sidecar.summary import RunSummary
+
+    from runtime.memory import freeze_startup_objects
+
+    speed = clock.speed
     log = logging.getLogger("leasewarden")
     if devnet_clock is not None:
         log.warning(devnet_clock)
@@ -148,9 +160,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_devnet(args: argparse.Namespace) -> int:
     """The embedded devnet alone, for a sidecar in another process to be pointed at."""
-    from chain.versions import chain_version
-    from sidecar.runner import demo_devnet
-
     config = load(args)
     clock_file = Path(args.clock_file).resolve() if args.clock_file else None
     if clock_file is not None:
@@ -159,7 +168,18 @@ def cmd_devnet(args: argparse.Namespace) -> int:
         clock = shared_clock(config, config.demo.speed)
     else:
         clock = RealClock(speed=config.demo.speed)
-    start_log(config.log, clock.now, args.log_level)
+    output = start_log(config.log, clock.now, args.log_level)
+    try:
+        return _devnet_logged(args, config, clock, clock_file)
+    finally:
+        output.close()
+
+
+def _devnet_logged(args: argparse.Namespace, config: Config, clock: RealClock, clock_file: Path | None) -> int:
+    """``devnet``, its log started: the devnet up until Ctrl-C or ``--duration``."""
+    from chain.versions import chain_version
+    from sidecar.runner import demo_devnet
+
     _, devnet, world = demo_devnet(config, clock)
     try:
         if clock_file is not None:

@@ -151,3 +151,20 @@ def test_a_capture_directory_that_cannot_be_made_is_an_operators_error_not_a_bug
     err = capsys.readouterr().err
     assert "internal error" not in err, err
     assert code == 2 and "captures" in err, err
+
+
+def test_a_run_whose_start_fails_leaves_the_logging_as_it_found_it(tmp_path, capsys) -> None:
+    """An in-process ``main()`` (tests, benches) must not leave its handler behind, writing to a closed stream at exit."""
+    import logging
+
+    root, own = logging.getLogger(), logging.getLogger("leasewarden")
+    before = (root.handlers[:], root.level, own.level)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        '[chain]\nmode = "model"\n[metrics]\nlisten = ""\n'
+        f'[ledger]\npath = ""\n[capture]\ndirectory = "{blocker}/captures"\n'
+    )
+    assert run.main(["--config", str(cfg), "run", "--duration", "1s"]) == 2
+    assert (root.handlers[:], root.level, own.level) == before

@@ -145,3 +145,15 @@ def test_an_ordinary_line_that_is_part_of_the_round_does_not_end_the_streak() ->
     # the ordinary line each round, the two warnings at their start only
     assert shown == [(0, "closing_requested"), (0, "dry_run_close"), (0, "close_failed")] + [
         (i, "closing_requested") for i in range(1, 30)]
+
+
+def test_closing_the_log_puts_back_the_handlers_and_levels_it_found() -> None:
+    root, own, ws = logging.getLogger(), logging.getLogger("leasewarden"), logging.getLogger("websockets")
+    before = (root.handlers[:], root.level, own.level, ws.level)
+    out, output = run_log(LogSettings(), ManualClock(T0), level="debug")
+    assert own.level == logging.DEBUG and root.handlers != before[0]  # the run's own set-up, while it runs
+    logging.getLogger("leasewarden.ledger").info("a line of the run")
+    output.close()  # type: ignore[attr-defined]
+    output.close()  # type: ignore[attr-defined]  # a second close changes nothing
+    assert (root.handlers[:], root.level, own.level, ws.level) == before
+    assert "a line of the run" in out.getvalue()
