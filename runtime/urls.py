@@ -20,29 +20,48 @@ __all__ = ["MASK", "shown_url"]
 
 MASK = "***"
 
-#: A path segment that looks like a key rather than a name (``websocket``, ``v3``): long, of
-#: letters and digits both. A false positive masks a name, never the reverse.
-_KEY_LIKE = re.compile(r"^(?=.*[0-9])(?=.*[A-Za-z])[A-Za-z0-9_\-]{20,}$")
+#: A path segment shown as it is: a plain word (``websocket``, ``cosmos-rpc``), a version
+#: (``v3``) or a short number. Anything else, a key of letters and digits, one with ``=``
+#: or ``+`` in it, or a long run of letters, is masked: a false positive masks a name,
+#: never the reverse.
+_NAME_LIKE = re.compile(r"^(?:[A-Za-z][A-Za-z._-]{0,19}|v[0-9]{1,3}|[0-9]{1,5})?$")
+
+#: A scheme as URLs spell it (``wss``, ``grpc+https``), the one part of a malformed URL shown.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]{0,19}$")
 
 
 def shown_url(url: str) -> str:
-    """``url`` with its user, password, query values and key-like path segments masked."""
+    """``url`` with its user, password, query values and key-like path segments masked.
+
+    A URL that is not of the form ``scheme://host...`` (a scheme missing or
+    mistyped, a port that does not parse) is exactly what an error quotes: of
+    it only a scheme that reads as one is shown, the rest is masked, since
+    what follows may be ``user:key@host`` with nothing to tell it apart.
+    """
+    if not url:
+        return url  # nothing to hide, and an error about an empty URL says it was empty
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port
-    except ValueError:
-        # Not a URL that parses (a bad port, say): the error about it names the problem,
-        # and shows nothing of it that could be a key.
-        return MASK
+    except ValueError:  # a port that does not parse, a bad IPv6 literal
+        return _malformed(url)
+    if not parts.netloc or "://" not in url:
+        return _malformed(url)
     netloc = host if ":" not in host else f"[{host}]"
     if port is not None:
         netloc += f":{port}"
     if parts.username is not None or parts.password is not None:
         netloc = f"{MASK}@{netloc}"
-    path = "/".join(MASK if _KEY_LIKE.match(segment) else segment for segment in parts.path.split("/"))
+    path = "/".join(segment if _NAME_LIKE.match(segment) else MASK for segment in parts.path.split("/"))
     query = "&".join(
         f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else MASK
         for pair in parts.query.split("&") if pair
     )
     return urlunsplit((parts.scheme, netloc, path, query, MASK if parts.fragment else ""))
+
+
+def _malformed(url: str) -> str:
+    """A URL that does not parse as ``scheme://host``: its scheme, if it has one, and a mask."""
+    scheme, sep, _ = url.partition("://")
+    return f"{scheme}://{MASK}" if sep and _SCHEME.match(scheme) else MASK

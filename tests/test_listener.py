@@ -301,7 +301,35 @@ def test_a_url_is_shown_with_its_credentials_masked_and_its_host_kept():
     assert shown_url("wss://u:p@rpc.example.com/websocket?apikey=k&flag") == "wss://***@rpc.example.com/websocket?apikey=***&***"
     assert shown_url("wss://node.example.com/ws/v3/9aa3d95b3bc440fa88ea12eaa4456161") == "wss://node.example.com/ws/v3/***"
     assert shown_url("grpc+https://[::1]:9090") == "grpc+https://[::1]:9090"
-    assert shown_url("ws://host:99999/k3y") == "***"  # a port that does not parse: nothing of it shown
+    assert shown_url("wss://rpc.example.com/cosmos-rpc/websocket") == "wss://rpc.example.com/cosmos-rpc/websocket"
+    # a key too short to look like one, or with '=' in it, is still not a name
+    assert shown_url("wss://rpc.example.net/v3/s3cr3tpassABCDEF/websocket") == "wss://rpc.example.net/v3/***/websocket"
+    assert shown_url("wss://rpc.example.net/t=s3cr3tpass/ws") == "wss://rpc.example.net/***/ws"
+    # what an error quotes: a URL that does not parse shows its scheme at most, never what may be user:key@host
+    assert shown_url("ws://host:99999/k3y") == "ws://***"  # a port that does not parse
+    assert shown_url("alice:s3cr3tpass@grpc.example.net:443") == "***"  # no scheme
+    assert shown_url("wss:/alice:s3cr3tpass@rpc.example.net/websocket") == "***"  # a slash short
+    assert shown_url("") == ""
+
+
+def test_a_url_that_lacks_its_scheme_is_refused_without_quoting_its_credentials():
+    from runtime.config import ConfigError, load_config
+
+    for name, url in (("grpc_url", "alice:s3cr3tpass@grpc.example.net:443"),
+                      ("websocket_url", "wss:/alice:s3cr3tpass@rpc.example.net/websocket")):
+        with pytest.raises(ConfigError) as refused:
+            load_config(overrides={"node": {name: url}})
+        assert name in str(refused.value) and "s3cr3tpass" not in str(refused.value)
+
+
+def test_a_placeholder_url_masked_in_a_capture_still_replays():
+    """[node] unused (mode = devnet) with a port that does not parse: the capture's copy still loads."""
+    from replay.config import replay_config
+    from runtime.config import load_config
+
+    shown = load_config(overrides={"node": {"grpc_url": "grpc+http://HOST:PORT"}}).effective()
+    assert shown["node"]["grpc_url"] == "grpc+http://***"
+    replay_config(shown)
 
 
 def test_a_node_restart_is_ridden_out_with_backoff_and_reconciled(harness):
