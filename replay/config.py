@@ -19,6 +19,7 @@ import tomllib
 from typing import Any
 
 from runtime.config import Config, ConfigError, load_config, sections
+from runtime.key_material import shown
 
 __all__ = ["replay_config", "parse_assignment", "merge_overrides"]
 
@@ -56,7 +57,7 @@ def replay_config(
     for name, values in (overrides or {}).items():
         raw.setdefault(name, {}).update({k: _plain(v) for k, v in values.items()})
         for key, value in sorted(values.items()):
-            notices.append(f"replaying with [{name}] {key} = {value!r} (override)")
+            notices.append(f"replaying with [{name}] {key} = {shown(value)} (override)")
     try:
         return load_config(None, raw), notices
     except ConfigError as exc:
@@ -68,7 +69,7 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     name, sep, value_text = text.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not section or not key:
-        raise ConfigError(f"--set {text!r}: expected section.key=value")
+        raise ConfigError(f"--set {shown(text)}: expected section.key=value")
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
     except tomllib.TOMLDecodeError:

@@ -131,6 +131,8 @@ _MNEMONIC = "economy stock theory fatal elder harbor betray wasp final emotion t
     ["run", _MNEMONIC],
     ["replay", "--until", _MNEMONIC, "x.lwcap"],
     ["run", "--log-level", _MNEMONIC],
+    ["replay", "--set", _MNEMONIC, "x.lwcap"],  # refused by replay's own parsing, not argparse
+    ["replay", "--set", f"node.key_file={_MNEMONIC}", "x.lwcap"],
 ])
 def test_a_mnemonic_typed_into_a_flag_is_not_echoed(capsys, argv) -> None:
     code = run.main(argv)
