@@ -261,6 +261,17 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     return status_error(operation, status.name, details, may_have_committed=may_have_committed)
 
 
+
+def _no_tx_index(operation: str, exc: grpc.RpcError, consequence: str) -> ChainError | None:
+    """The node's indexer is ``null`` ("transaction indexing is disabled"), as ``NO_TX_INDEX``; else None."""
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
+    if "indexing is disabled" not in details:
+        return None
+    return ChainError(
+        f"{operation}: the node keeps no tx index ({details}): {consequence}",
+        codespace=TX_INDEX, code=NO_TX_INDEX, transient=False,
+    )
+
 class SimulationBreaker:
     """Opens after ``threshold`` Simulate failures in a row: Simulate is then skipped for ``cooldown`` seconds.
 
@@ -761,13 +772,7 @@ class CosmpyChainClient:
         try:
             return list(self._txs.GetTxsEvent(request, timeout=self.query_timeout).tx_responses)
         except grpc.RpcError as exc:
-            details = (exc.details() if hasattr(exc, "details") else "") or ""
-            if "indexing is disabled" in details:
-                raise ChainError(
-                    f"{op}: the node keeps no tx index ({details}): a tx cannot be found by its events",
-                    codespace=TX_INDEX, code=NO_TX_INDEX, transient=False,
-                ) from None
-            raise rpc_error(op, exc) from None
+            raise (_no_tx_index(op, exc, "a tx cannot be found by its events") or rpc_error(op, exc)) from None
 
     def _ended(self, op: str, found: abci_pb2.TxResponse, lease_uuid: str, provider_uuid: str) -> CloseOutcome | None:
         events = tuple((e.type, {a.key: a.value for a in e.attributes}) for e in found.events)
@@ -1185,6 +1190,11 @@ class CosmpyChainClient:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return None
+            unindexed = _no_tx_index(operation, exc, f"tx {txhash} cannot be looked up by its hash")
+            if unindexed is not None:
+                # Asking again never helps: a send hears it at once (not after tx_timeout) and a lookup ends.
+                unindexed.may_have_committed, unindexed.tx_hash = True, txhash
+                raise unindexed from None
             error = rpc_error(operation, exc, may_have_committed=True)
             # The node failed to answer (UNKNOWN, INTERNAL...): the tx's outcome is still unknown,
             # so the lookup is asked again rather than ended (fred: GetTx errors are "not yet indexed").

@@ -34,6 +34,7 @@ from chain.errors import (
     SDK,
     ChainError,
     QueryRefused,
+    is_no_tx_index,
 )
 from chain.cosmpy_client import CosmpyChainClient
 from chain.keys import load_provider_key
@@ -1022,3 +1023,30 @@ def test_a_lookup_that_failed_at_the_node_is_asked_again_not_closed(world: World
     again = [e for e in out if isinstance(e, Send) and isinstance(e.message, WithdrawTxCall)]
     assert not closed, f"the record of an applied withdraw was closed on a failed read: {out[0].text}"
     assert again and client.withdraw_outcome(tx_hash, PROVIDER) is not None  # the next lookup finds it
+
+
+def test_a_node_that_keeps_no_tx_index_is_heard_at_once_and_its_lookups_end(world: World) -> None:
+    """GetTx answers "transaction indexing is disabled": not a hiccup to wait out for tx_timeout, nor ask about for ever."""
+    import time as wall
+
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=30.0)
+    world.node.set_tx_index("null")
+    started = wall.monotonic()
+    with pytest.raises(ChainError) as sent:
+        client.withdraw_by_provider(PROVIDER, b"")
+    assert wall.monotonic() - started < 10.0  # not the 30 s tx_timeout
+    failure = sent.value.failure("withdraw_by_provider")
+    assert is_no_tx_index(failure) and failure.may_have_committed and not failure.transient
+    assert sent.value.tx_hash and "no tx index" in sent.value.message
+    with pytest.raises(ChainError) as looked:
+        client.withdraw_outcome(sent.value.tx_hash, PROVIDER)
+    assert is_no_tx_index(looked.value.failure("withdraw_outcome"))
+
+    chain = ChainDecisions(settings())
+    chain.lookups.begin(1, 1, sent.value.tx_hash, utc(2026, 3, 1))
+    out = chain.handle(WithdrawTxAnswered(1, 1, sent.value.tx_hash, 1, error=looked.value.failure("withdraw_outcome")),
+                       utc(2026, 3, 1))
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.message, WithdrawTxCall)]  # not asked again
+    assert any("no tx index" in getattr(e, "text", "") for e in out)
