@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from actors import dry_run
-from actors.close_lookup import CloseLookups, closure_facts
+from actors.close_lookup import CloseLookups, closed_after_its_round, closure_facts
 from actors.closures import ClosureBuffer, CloseRound
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
@@ -228,6 +228,8 @@ class ChainDecisions:
             out += closure_facts(m.outcome, rnd.by_tenant(m.lease_uuids), batch.reason, now)
         closed, recorded = self.close_lookups.settled(m)
         out += closed + self._look_up_close(rnd, m, now, recorded)
+        if m.outcome is not None:  # after the books: the round's end told its tenants these failed
+            out += closed_after_its_round(m.outcome, rnd.by_tenant(m.lease_uuids), batch.reason, rnd.cycle)
         if all(b.done for b in rnd.batches.values()):
             del self.aborted[rnd.round]
         return out

@@ -34,10 +34,12 @@ from actors.withdraw_lookup import KEPT_FOR_NEXT_START, LOOKUP_DELAYS, not_appli
 from messages.chain import CloseOutcome
 from messages.chain_actor import CloseBatchAnswered, CloseTxAnswered, CloseTxCall, CloseTxSigned
 from messages.coins import coins, coins_to_dict, format_coins
+from messages.credit import LeasesClosed
 from messages.ledger import ClosureRecorded, CloseLookupClosed, CloseLookupOpened, SettlementsRecorded
-from runtime.router import CHAIN_IO, LEDGER
+from messages.scheduler import ClosuresFlushed
+from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 
-__all__ = ["CloseLookups", "ByTenant", "closure_facts"]
+__all__ = ["CloseLookups", "ByTenant", "closure_facts", "closed_after_its_round", "NO_CYCLE"]
 
 #: (tenant, its leases in one tx), as a close round groups them.
 ByTenant = tuple[tuple[str, tuple[str, ...]], ...]
@@ -61,6 +63,33 @@ def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: 
     ]
     return out
 
+
+
+#: The cycle a close found by a lookup is reported under: a lookup keeps no cycle, and none is 0.
+NO_CYCLE = 0
+
+
+def closed_after_its_round(
+    outcome: CloseOutcome, by_tenant: ByTenant, reason: str, cycle: int = NO_CYCLE, tenants: bool = True
+) -> list[Effect]:
+    """A close found applied after its round ended (a late answer, a lookup): who must hear it.
+
+    The round's end said these leases failed to close. Without this the
+    scheduler never learns that their close is booked: a tenant asks to
+    close them again, that round finds them closed, and the scheduler
+    searches for the tx that ended them; on a node that finds txs by hash
+    but not by event, that search records a false ``close_not_found``.
+    ``tenants``: tell the tenants too (their monitors exist: the round's
+    own); a lookup restored at start may name tenants no longer watched.
+    """
+    closed = tuple(sorted(u for _, leases in by_tenant for u in leases))
+    if not closed:
+        return []
+    out: list[Effect] = []
+    if tenants:
+        out += [Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes))
+                for tenant, leases in by_tenant if leases]
+    return out + [Send(SCHEDULER, ClosuresFlushed(cycle, closed=closed, tx_hashes=outcome.tx_hashes))]
 
 class CloseLookups:
     """The close txs being looked up, and the signed ones whose answer has not come."""
@@ -132,6 +161,7 @@ class CloseLookups:
                      event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
                 *closure_facts(m.result, by_tenant, reason, now),
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
+                *closed_after_its_round(m.result, by_tenant, reason, tenants=False),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None and outcome_unreadable(m.error):

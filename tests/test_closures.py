@@ -6,11 +6,13 @@ from datetime import timedelta
 
 from actors.closures import CloseRound, plan_batches
 from actors.effects import Send
+from actors.schedule import SchedulerDecisions
 from chain.errors import BILLING, LEASE_NOT_ACTIVE
-from messages.chain import ChainFailure, CloseOutcome, NodeStatus
+from messages.chain import ChainFailure, CloseOutcome, Lease, NodeStatus
 from messages.chain_actor import (
     CloseBatchAnswered,
     CloseBatchCall,
+    CloseSearchCall,
     LeaseCheckAnswered,
     LeaseCheckCall,
     NodeStatusAnswered,
@@ -19,10 +21,10 @@ from messages.chain_actor import (
 from messages.coins import Coin
 from messages.credit import CloseFailed, CloseRequested, LeasesClosed
 from messages.ledger import CloseLookupClosed, CloseLookupOpened, ClosureRecorded, LeaseSettled, SettlementsRecorded
-from messages.scheduler import ClosuresFlushed
+from messages.scheduler import ClosuresFlushed, LeaseRead
 from runtime.clock import utc
 from runtime.router import LEDGER
-from tests.support import settings
+from tests.support import PROVIDER, item, settings
 
 T0 = utc(2026, 3, 1)
 S = settings()
@@ -129,6 +131,8 @@ def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reach
     assert [(c.at, c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
         (T0, "manifest1a", ("la",), ("AB" * 32,)), (T0, "manifest1b", ("lb",), ("AB" * 32,))]
     assert msgs(out, CloseLookupClosed) == [CloseLookupClosed("AB" * 32)]
+    # The scheduler hears the close is booked (the round told it they failed): no search for its tx later.
+    assert msgs(out, ClosuresFlushed) == [ClosuresFlushed(0, closed=("la", "lb"), tx_hashes=("AB" * 32,))]
     assert chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 3, outcome), later) == []  # already settled
 
 
@@ -204,6 +208,14 @@ def test_a_batch_that_answers_after_its_round_was_ended_by_a_failure_is_still_bo
     ledger = [type(e.message).__name__ for e in out if isinstance(e, Send) and e.to == "ledger"]
     assert ledger == ["SettlementsRecorded", "ClosureRecorded", "ClosureRecorded", "CloseLookupClosed"]
     assert chain.aborted == {}  # every batch answered: nothing more is awaited
+    # The round's end told the tenants and the scheduler these failed: now they hear they closed.
+    assert [(m.tenant, m.lease_uuids) for m in msgs(out, LeasesClosed)] == [("manifest1a", ("la",)), ("manifest1b", ("lb",))]
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert flushed.closed == ("la", "lb") and flushed.cycle == 1
+    scheduler = SchedulerDecisions(S, PROVIDER)
+    scheduler.handle(flushed, T0)
+    ended = Lease("la", "manifest1a", PROVIDER, (item(3),), state="CLOSED", acknowledged_at=T0 - timedelta(days=1), closed_at=T0)
+    assert not msgs(scheduler.handle(LeaseRead("la", ended), T0), CloseSearchCall)  # its close is booked: not sought
     # One that may have committed: looked up, its record kept.
     chain.handle(CloseRequested(2, "manifest1a", ("lc",), "credit depleted", read_height=100), T0)
     (status,) = msgs(chain.handle(FlushClosures(2), T0), NodeStatusCall)
