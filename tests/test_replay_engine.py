@@ -435,7 +435,7 @@ def test_a_run_without_its_start_needs_a_configuration(tmp_path):
     assert not [e for e in events if isinstance(e, Divergence)]
 
 
-def test_a_core_that_raises_is_reported_once_the_live_actor_carries_on(tmp_path):
+def test_a_core_that_raises_is_reported_as_an_error_step_and_its_decisions_as_divergences(tmp_path):
     paths = live_run(tmp_path)
 
     class Broken(ToyTenant):
