@@ -141,7 +141,8 @@ def test_a_mnemonic_typed_into_a_flag_is_not_echoed(capsys, argv) -> None:
     assert "economy" not in err and "crumble" not in err, err
 
 
-def test_a_capture_directory_that_cannot_be_made_is_an_operators_error_not_a_bug(tmp_path, capsys) -> None:
+def a_capture_directory_that_cannot_be_made(tmp_path: Path) -> Path:
+    """A config whose [capture] directory lies under a file: the sidecar's start fails on it."""
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     cfg = tmp_path / "config.toml"
@@ -149,6 +150,11 @@ def test_a_capture_directory_that_cannot_be_made_is_an_operators_error_not_a_bug
         '[chain]\nmode = "model"\n[metrics]\nlisten = ""\n'
         f'[ledger]\npath = ""\n[capture]\ndirectory = "{blocker}/captures"\n'
     )
+    return cfg
+
+
+def test_a_capture_directory_that_cannot_be_made_is_an_operators_error_not_a_bug(tmp_path, capsys) -> None:
+    cfg = a_capture_directory_that_cannot_be_made(tmp_path)
     code = run.main(["--config", str(cfg), "run", "--duration", "1s"])
     err = capsys.readouterr().err
     assert "internal error" not in err, err
@@ -161,12 +167,6 @@ def test_a_run_whose_start_fails_leaves_the_logging_as_it_found_it(tmp_path, cap
 
     root, own = logging.getLogger(), logging.getLogger("leasewarden")
     before = (root.handlers[:], root.level, own.level)
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("")
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(
-        '[chain]\nmode = "model"\n[metrics]\nlisten = ""\n'
-        f'[ledger]\npath = ""\n[capture]\ndirectory = "{blocker}/captures"\n'
-    )
+    cfg = a_capture_directory_that_cannot_be_made(tmp_path)
     assert run.main(["--config", str(cfg), "run", "--duration", "1s"]) == 2
     assert (root.handlers[:], root.level, own.level) == before
