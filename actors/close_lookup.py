@@ -64,7 +64,6 @@ def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: 
     return out
 
 
-
 #: The cycle a close found by a lookup is reported under: a lookup keeps no cycle, and none is 0.
 NO_CYCLE = 0
 
@@ -90,6 +89,7 @@ def closed_after_its_round(
         out += [Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes))
                 for tenant, leases in by_tenant if leases]
     return out + [Send(SCHEDULER, ClosuresFlushed(cycle, closed=closed, tx_hashes=outcome.tx_hashes))]
+
 
 class CloseLookups:
     """The close txs being looked up, and the signed ones whose answer has not come."""

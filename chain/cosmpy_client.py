@@ -261,7 +261,6 @@ def rpc_error(operation: str, exc: grpc.RpcError, *, may_have_committed: bool = 
     return status_error(operation, status.name, details, may_have_committed=may_have_committed)
 
 
-
 def _no_tx_index(operation: str, exc: grpc.RpcError, consequence: str) -> ChainError | None:
     """The node's indexer is ``null`` ("transaction indexing is disabled"), as ``NO_TX_INDEX``; else None."""
     details = (exc.details() if hasattr(exc, "details") else "") or ""
@@ -271,6 +270,7 @@ def _no_tx_index(operation: str, exc: grpc.RpcError, consequence: str) -> ChainE
         f"{operation}: the node keeps no tx index ({details}): {consequence}",
         codespace=TX_INDEX, code=NO_TX_INDEX, transient=False,
     )
+
 
 class SimulationBreaker:
     """Opens after ``threshold`` Simulate failures in a row: Simulate is then skipped for ``cooldown`` seconds.
