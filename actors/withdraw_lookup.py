@@ -16,8 +16,8 @@ each of ``LOOKUP_DELAYS``:
   after the last, a node that answers "not found" has the tx reported as
   never seen (an operator can still check the hash), while a lookup that
   failed is asked again at the last delay: nothing is decided on a failed read;
-- found, but what it did cannot be read (an answer that does not decode):
-  reported; the lookups end for this run, but its record stays in the books
+- what it did cannot be read (an answer that does not decode, or a node
+  that keeps no tx index): reported; the lookups end for this run, but its record stays in the books
   (``run.py periods`` lists it) and the next start looks it up again;
 - any other failure: reported, the lookups end.
 
@@ -152,13 +152,14 @@ KEPT_FOR_NEXT_START = "its record stays in the books (run.py periods lists it) a
 
 
 def outcome_unreadable(error: ChainFailure | None) -> bool:
-    """The lookup found the tx but could not read what it did (an answer that does not decode).
+    """The lookup cannot read what the tx did: found, with an answer that does not decode, or
+    asked of a node that keeps no tx index (GetTx: "transaction indexing is disabled").
 
     The tx may well have applied: its record is kept, not closed, so the books
-    keep saying they lack it, and a later start (a fixed build, another node)
-    reads it again.
+    keep saying they lack it, and a later start (a fixed build, a node that
+    indexes txs) reads it again.
     """
-    return error is not None and not error.transient and error.may_have_committed and not is_no_tx_index(error)
+    return error is not None and not error.transient and error.may_have_committed
 
 
 def not_applied_yet(where: str, attempt: int, error: ChainFailure | None, nothing: str) -> tuple[str, timedelta | None]:

@@ -152,6 +152,14 @@ def test_a_close_looked_up_and_found_included_and_failed_closed_nothing() -> Non
     unreadable = ChainFailure("close_outcome", "undecodable", transient=False, may_have_committed=True)
     [note] = lookups.answered(CloseTxAnswered("EF" * 32, ("la",), 1, None, unreadable), T0)
     assert "looked up again at the next start" in note.text and lookups.pending == {}
+    # So does one asked of a node that keeps no tx index (GetTx: it may have closed, none can say).
+    from chain.errors import NO_TX_INDEX, TX_INDEX
+
+    lookups.begin("AB" * 32, (("manifest1a", ("la",)),), "credit depleted", T0)
+    unindexed = ChainFailure("close_outcome", "transaction indexing is disabled", codespace=TX_INDEX, code=NO_TX_INDEX,
+                             transient=False, may_have_committed=True)
+    [note] = lookups.answered(CloseTxAnswered("AB" * 32, ("la",), 1, None, unindexed), T0)
+    assert "keeps no tx index" in note.text and "looked up again at the next start" in note.text
 
 
 def test_a_close_tx_is_written_ahead_when_signed_and_its_entry_closed_behind_what_its_answer_booked() -> None:
