@@ -20,11 +20,16 @@ __all__ = ["MASK", "shown_url"]
 
 MASK = "***"
 
-#: A path segment shown as it is: a plain word (``websocket``, ``cosmos-rpc``), a version
-#: (``v3``) or a short number. Anything else, a key of letters and digits, one with ``=``
-#: or ``+`` in it, or a long run of letters, is masked: a false positive masks a name,
-#: never the reverse.
-_NAME_LIKE = re.compile(r"^(?:[A-Za-z][A-Za-z._-]{0,19}|v[0-9]{1,3}|[0-9]{1,5})?$")
+#: A path segment shown as it is: a plain lower-case word (``websocket``, ``cosmos-rpc``), a
+#: version (``v3``) or a short number. Anything else, a key of letters and digits, one in
+#: mixed case, one with ``=`` or ``+`` in it, or a long run of letters, is masked: a false
+#: positive masks a name, never the reverse.
+_NAME_LIKE = re.compile(r"^(?:[a-z][a-z._-]{0,15}|v[0-9]{1,3}|[0-9]{1,5})?$")
+
+#: A query parameter's name shown before its masked value (``apikey``, ``api_key``, ``apiKey``):
+#: letters only, and short. A name with digits in it, or a long one, may be the key itself
+#: (``?<base64>=``): masked whole.
+_PARAMETER_NAME = re.compile(r"^[A-Za-z][A-Za-z_.-]{0,19}$")
 
 #: A scheme as URLs spell it (``wss``, ``grpc+https``), the one part of a malformed URL shown.
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]{0,19}$")
@@ -55,8 +60,8 @@ def shown_url(url: str) -> str:
         netloc = f"{MASK}@{netloc}"
     path = "/".join(segment if _NAME_LIKE.match(segment) else MASK for segment in parts.path.split("/"))
     query = "&".join(
-        f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else MASK
-        for pair in parts.query.split("&") if pair
+        f"{name}={MASK}" if sep and _PARAMETER_NAME.match(name) else MASK
+        for name, sep, _ in (pair.partition("=") for pair in parts.query.split("&") if pair)
     )
     return urlunsplit((parts.scheme, netloc, path, query, MASK if parts.fragment else ""))
 

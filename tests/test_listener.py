@@ -305,6 +305,11 @@ def test_a_url_is_shown_with_its_credentials_masked_and_its_host_kept():
     # a key too short to look like one, or with '=' in it, is still not a name
     assert shown_url("wss://rpc.example.net/v3/s3cr3tpassABCDEF/websocket") == "wss://rpc.example.net/v3/***/websocket"
     assert shown_url("wss://rpc.example.net/t=s3cr3tpass/ws") == "wss://rpc.example.net/***/ws"
+    assert shown_url("wss://rpc.example.net/v3/KEYKEYKEYKEYKEYKEYKE") == "wss://rpc.example.net/v3/***"  # letters only
+    # a query parameter's name is shown only where it reads as one: a bare token is the key itself
+    assert shown_url("wss://rpc.example.net/websocket?dGhpc2lzYXNlY3JldGtleQ==") == "wss://rpc.example.net/websocket?***"
+    assert shown_url("wss://rpc.example.net/websocket?s3cr3tKEY9a=") == "wss://rpc.example.net/websocket?***"
+    assert shown_url("wss://rpc.example.net/websocket?apiKey=k") == "wss://rpc.example.net/websocket?apiKey=***"
     # what an error quotes: a URL that does not parse shows its scheme at most, never what may be user:key@host
     assert shown_url("ws://host:99999/k3y") == "ws://***"  # a port that does not parse
     assert shown_url("alice:s3cr3tpass@grpc.example.net:443") == "***"  # no scheme
