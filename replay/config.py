@@ -20,6 +20,7 @@ from typing import Any
 
 from runtime.config import Config, ConfigError, load_config, sections
 from runtime.key_material import shown
+from runtime.urls import shown_url
 
 __all__ = ["replay_config", "parse_assignment", "merge_overrides"]
 
@@ -57,19 +58,26 @@ def replay_config(
     for name, values in (overrides or {}).items():
         raw.setdefault(name, {}).update({k: _plain(v) for k, v in values.items()})
         for key, value in sorted(values.items()):
-            notices.append(f"replaying with [{name}] {key} = {shown(value)} (override)")
+            notices.append(f"replaying with [{name}] {key} = {_quoted(value)} (override)")
     try:
         return load_config(None, raw), notices
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}".replace("<defaults>: ", "")) from None
 
 
+
+def _quoted(value: Any) -> str:
+    """``value`` as a notice or an error quotes what the operator typed: no key, no URL's credentials."""
+    if isinstance(value, str) and "://" in value:
+        return shown(shown_url(value))
+    return shown(value)
+
 def parse_assignment(text: str) -> tuple[str, str, Any]:
     """``scheduler.credit_check_error_threshold=2`` -> (section, key, value); the value is TOML."""
     name, sep, value_text = text.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not section or not key:
-        raise ConfigError(f"--set {shown(text)}: expected section.key=value")
+        raise ConfigError(f"--set {_quoted(text)}: expected section.key=value")
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
     except tomllib.TOMLDecodeError:

@@ -132,7 +132,6 @@ _MNEMONIC = "economy stock theory fatal elder harbor betray wasp final emotion t
     ["replay", "--until", _MNEMONIC, "x.lwcap"],
     ["run", "--log-level", _MNEMONIC],
     ["replay", "--set", _MNEMONIC, "x.lwcap"],  # refused by replay's own parsing, not argparse
-    ["replay", "--set", f"node.key_file={_MNEMONIC}", "x.lwcap"],
 ])
 def test_a_mnemonic_typed_into_a_flag_is_not_echoed(capsys, argv) -> None:
     code = run.main(argv)
@@ -170,3 +169,19 @@ def test_a_run_whose_start_fails_leaves_the_logging_as_it_found_it(tmp_path, cap
     cfg = a_capture_directory_that_cannot_be_made(tmp_path)
     assert run.main(["--config", str(cfg), "run", "--duration", "1s"]) == 2
     assert (root.handlers[:], root.level, own.level) == before
+
+
+def test_a_replay_override_is_noted_without_a_key_or_a_urls_credentials() -> None:
+    """``replay --set``: the notice (stdout) and the error quote what was typed, masked."""
+    from replay.config import parse_assignment, replay_config
+    from runtime.config import ConfigError, load_config
+
+    captured = load_config().effective()
+    _, notices = replay_config(captured, {"node": {"grpc_url": "grpc+http://alice:s3cr3tpass@grpc.example.net:9090",
+                                                   "websocket_url": "ws://rpc.example.net/websocket?apikey=s3cr3tpass"}})
+    text = "\n".join(notices)
+    assert len(notices) == 2 and "s3cr3tpass" not in text, text
+    assert "grpc+http://***@grpc.example.net:9090" in text
+    with pytest.raises(ConfigError) as refused:
+        parse_assignment("grpc+http://alice:s3cr3tpass@grpc.example.net:9090")
+    assert "s3cr3tpass" not in str(refused.value)
