@@ -90,10 +90,20 @@ class CloseSearches:
     def hint(self, lease_uuid: str, tx_hash: str) -> None:
         _bounded_put(self.hints, lease_uuid, tx_hash)
 
-    def booked_by_us(self, lease_uuids: Iterable[str]) -> None:
-        """Our close round booked these leases' close from its tx's answer: no search needed."""
+    def booked_by_us(self, lease_uuids: Iterable[str]) -> list[Effect]:
+        """Our close round booked these leases' close from its tx's answer: no search needed.
+
+        A search already out for one (its round's end said the close failed, a
+        re-check found the lease closed, and only then did the close's answer
+        or lookup come) is over: its answer is ignored, and what it noted in
+        the books is resolved, or a "not found" would stand beside the close.
+        """
+        out: list[Effect] = []
         for uuid in lease_uuids:
             _bounded_put(self.booked, uuid, "")
+            if self.pending.pop(uuid, None) is not None:
+                out += [Send(LEDGER, LeaseIssueResolved(uuid, kind)) for kind in (CLOSE_NOT_FOUND, NO_TX_INDEX, CLOSE_SOUGHT)]
+        return out
 
     def ended(self, lease: Lease, now: datetime) -> list[Effect]:
         """A read found ``lease`` (ours) ended: look for the tx that ended it, unless nothing is to be found.

@@ -561,7 +561,7 @@ class SchedulerDecisions:
         if gone:
             out += self._drop_leases(gone)
         # Ours were booked from their tx's answer; another's close (the tenant's) is read, and found.
-        self.close_searches.booked_by_us(message.closed)
+        out += self.close_searches.booked_by_us(message.closed)
         out += self.lease_reads.ask(message.already_closed)
         if self._current(message.cycle, "closing") is None:
             return out

@@ -111,3 +111,14 @@ def test_a_node_without_a_tx_index_is_reported_once_and_a_passing_failure_is_sou
     assert [e.message.kind for e in sent(out, LeaseIssue)] == ["no_tx_index"] and not sent(out, CloseSearchCall)
     assert [e.message.kind for e in sent(out, LeaseIssueResolved)] == [CLOSE_SOUGHT]
     assert searches.answered(answer(call.message, error=none), now) == []  # over
+
+
+def test_a_search_already_out_when_our_own_close_is_heard_booked_ends_and_leaves_no_issue() -> None:
+    """The round said the close failed, a re-check found the lease closed and the search began; then the
+    close's late answer (or its lookup) booked it: the search's 'not found' must not stand beside it."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    (call,) = sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
+    out = core.handle(ClosuresFlushed(cycle=0, closed=("l1",), tx_hashes=("AB" * 32,)), T0)
+    assert {e.message.kind for e in sent(out, LeaseIssueResolved)} == {"close_not_found", "no_tx_index", CLOSE_SOUGHT}
+    assert core.handle(answer(call.message), T0) == []  # its "not found": nothing more in the books
+    assert not sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
