@@ -25,7 +25,8 @@ class RunSummary:
     failed_reads: int = 0
     closed: set[str] = field(default_factory=set)
     already_closed: set[str] = field(default_factory=set)
-    failed_closes: int = 0
+    #: Leases whose close failed and that no later round (or late answer, or lookup) closed.
+    failed_closes: set[str] = field(default_factory=set)
     lease_events: int = 0
 
     def __call__(self, d: Delivery) -> None:
@@ -46,7 +47,9 @@ class RunSummary:
         elif isinstance(m, ClosuresFlushed):
             self.closed.update(m.closed)
             self.already_closed.update(m.already_closed)
-            self.failed_closes += len(m.failed)
+            # A close that failed here may be heard applied later: counted once, where it ended.
+            self.failed_closes.update(m.failed)
+            self.failed_closes.difference_update(m.closed, m.already_closed)
         elif isinstance(m, LeaseEventReceived):
             self.lease_events += 1
 
@@ -58,6 +61,6 @@ class RunSummary:
             + f"), withdrawn {format_coins(self.withdrawn)}",
             f"credit checks: {self.credit_checks} ({self.failed_reads} failed reads)",
             f"leases closed by us: {len(self.closed)}; found already closed: {len(self.already_closed)}; "
-            f"failed closes: {self.failed_closes}",
+            f"failed closes: {len(self.failed_closes)}",
             f"lease events received: {self.lease_events}",
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from messages.chain import ChainFailure, WithdrawPage
 from messages.chain_actor import WithdrawTxAnswered
 from messages.coins import Coin
-from messages.scheduler import WithdrawFinished
+from messages.scheduler import ClosuresFlushed, WithdrawFinished
 from runtime.clock import utc
 from runtime.dispatch import Delivery
 from sidecar.summary import RunSummary
@@ -27,3 +27,10 @@ def test_a_page_found_by_a_lookup_counts_in_the_withdrawn_total() -> None:
     assert s.lines()[0] == (
         "withdraw cycles: 1 (2 pages, 1 ended early, 1 found applied by a later lookup), withdrawn 15umfx"
     )
+
+
+def test_a_close_that_failed_and_was_heard_applied_later_counts_once_as_closed() -> None:
+    s = RunSummary()
+    deliver(s, ClosuresFlushed(1, closed=("la",), failed=("lb", "lc")))  # the round's end: lb and lc failed
+    deliver(s, ClosuresFlushed(0, closed=("lb",)))  # lb's tx was applied after all (a late answer, a lookup)
+    assert s.lines()[2] == "leases closed by us: 2; found already closed: 0; failed closes: 1"
