@@ -79,7 +79,8 @@ def closed_after_its_round(
     searches for the tx that ended them; on a node that finds txs by hash
     but not by event, that search records a false ``close_not_found``.
     ``tenants``: tell the tenants too (their monitors exist: the round's
-    own); a lookup restored at start may name tenants no longer watched.
+    own, or a lookup's this run began); a lookup restored at start may name
+    tenants no longer watched.
     """
     closed = tuple(sorted(u for _, leases in by_tenant for u in leases))
     if not closed:
@@ -99,6 +100,9 @@ class CloseLookups:
         self.pending: dict[str, tuple[ByTenant, str]] = {}
         #: (round, batch) of a close call -> the hashes it signed, while it has not answered
         self.unanswered: dict[tuple[int, int], list[str]] = {}
+        #: the pending txs this run sent (not restored from a previous run's books): their tenants'
+        #: monitors are running, and hear of a close found applied
+        self.sent_here: set[str] = set()
 
     def signed(self, m: CloseTxSigned, by_tenant: ByTenant, reason: str, now: datetime) -> list[Effect]:
         """A batch's tx is signed and goes out: the books remember it until its answer settles it."""
@@ -126,6 +130,7 @@ class CloseLookups:
         if not tx_hash or tx_hash in self.pending:
             return []
         opened = [] if recorded else [Send(LEDGER, CloseLookupOpened(tx_hash, reason, by_tenant, now))]
+        self.sent_here.add(tx_hash)
         return [*opened, *self._first(tx_hash, by_tenant, reason, "may have been applied", now)]
 
     def restore(self, lookups: tuple[CloseLookupOpened, ...], now: datetime) -> list[Effect]:
@@ -152,7 +157,8 @@ class CloseLookups:
             return []  # already settled by an earlier answer
         where = f"close tx {m.tx_hash}"
         if m.result is not None:
-            del self.pending[m.tx_hash]
+            told = m.tx_hash in self.sent_here  # its tenants' monitors were told it failed, and run
+            self._end(m.tx_hash)
             by_tenant, reason = entry
             total = coins_to_dict(tuple(c for s in m.result.settlements for c in s.amounts))
             return [
@@ -161,13 +167,17 @@ class CloseLookups:
                      event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
                 *closure_facts(m.result, by_tenant, reason, now),
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
-                *closed_after_its_round(m.result, by_tenant, reason, tenants=False),
+                *closed_after_its_round(m.result, by_tenant, reason, tenants=told),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None and outcome_unreadable(m.error):
-            del self.pending[m.tx_hash]
+            self._end(m.tx_hash)
             return [Note(f"{text}; {KEPT_FOR_NEXT_START}", event="close_lookup_ended", level="warning")]
         if delay is None:
-            del self.pending[m.tx_hash]
+            self._end(m.tx_hash)
             return [Note(text, event="close_lookup_ended", level="warning"), Send(LEDGER, CloseLookupClosed(m.tx_hash))]
         return [Note(text), Send(CHAIN_IO, CloseTxCall(m.tx_hash, m.lease_uuids, m.attempt + 1), at=now + delay)]
+
+    def _end(self, tx_hash: str) -> None:
+        del self.pending[tx_hash]
+        self.sent_here.discard(tx_hash)

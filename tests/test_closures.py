@@ -131,8 +131,10 @@ def test_a_close_batch_of_unknown_outcome_is_looked_up_and_what_it_settled_reach
     assert [(c.at, c.tenant, c.lease_uuids, c.tx_hashes) for c in msgs(out, ClosureRecorded)] == [
         (T0, "manifest1a", ("la",), ("AB" * 32,)), (T0, "manifest1b", ("lb",), ("AB" * 32,))]
     assert msgs(out, CloseLookupClosed) == [CloseLookupClosed("AB" * 32)]
-    # The scheduler hears the close is booked (the round told it they failed): no search for its tx later.
+    # The scheduler hears the close is booked (the round told it they failed): no search for its tx later;
+    # and so do the tenants, whose monitors this run's round told of the failure.
     assert msgs(out, ClosuresFlushed) == [ClosuresFlushed(0, closed=("la", "lb"), tx_hashes=("AB" * 32,))]
+    assert [(m.tenant, m.lease_uuids) for m in msgs(out, LeasesClosed)] == [("manifest1a", ("la",)), ("manifest1b", ("lb",))]
     assert chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 3, outcome), later) == []  # already settled
 
 
@@ -247,6 +249,13 @@ def test_close_txs_left_open_by_a_previous_run_are_looked_up_at_start() -> None:
     (look,) = [e for e in out if isinstance(e, Send) and isinstance(e.message, CloseTxCall)]
     assert look.at == T0 + LOOKUP_DELAYS[0] and look.message.lease_uuids == ("la",)
     assert chain.handle(CloseLookupsRestored((left,)), T0) == []  # already being looked up
+    # Found applied: the scheduler hears it, but no tenant (this run may not watch it any more).
+    from messages.chain_actor import CloseTxAnswered
+
+    settled = (LeaseSettled(T0, "AB" * 32, "la", (Coin("umfx", 2),), kind="close"),)
+    out = chain.handle(CloseTxAnswered("AB" * 32, ("la",), 1, CloseOutcome(1, ("AB" * 32,), settled)), T0)
+    assert msgs(out, ClosuresFlushed) == [ClosuresFlushed(0, closed=("la",), tx_hashes=("AB" * 32,))]
+    assert not msgs(out, LeasesClosed) and chain.close_lookups.sent_here == set()
 
 
 def test_a_lookup_on_a_node_without_a_tx_index_ends_saying_the_outcome_is_unknown_not_failed() -> None:
