@@ -17,8 +17,9 @@ each of ``LOOKUP_DELAYS``:
   never seen (an operator can still check the hash), while a lookup that
   failed is asked again at the last delay: nothing is decided on a failed read;
 - what it did cannot be read (an answer that does not decode, or a node
-  that keeps no tx index): reported; the lookups end for this run, but its record stays in the books
-  (``run.py periods`` lists it) and the next start looks it up again;
+  that keeps no tx index): reported; the lookups end for this run, but its
+  record stays in the books (``run.py periods`` lists it) and the next
+  start looks it up again;
 - any other failure: reported, the lookups end.
 
 Each lookup is kept in the ledger while it lasts (``WithdrawLookupOpened``,

@@ -65,12 +65,12 @@ def replay_config(
         raise ConfigError(f"{source}: {exc}".replace("<defaults>: ", "")) from None
 
 
-
 def _quoted(value: Any) -> str:
     """``value`` as a notice or an error quotes what the operator typed: no key, no URL's credentials."""
     if isinstance(value, str) and "://" in value:
         return shown(shown_url(value))
     return shown(value)
+
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:
     """``scheduler.credit_check_error_threshold=2`` -> (section, key, value); the value is TOML."""
