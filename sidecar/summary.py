@@ -25,7 +25,7 @@ class RunSummary:
     failed_reads: int = 0
     closed: set[str] = field(default_factory=set)
     already_closed: set[str] = field(default_factory=set)
-    #: Leases whose close failed and that no later round (or late answer, or lookup) closed.
+    #: Leases whose close failed (those closed later are not counted as failed).
     failed_closes: set[str] = field(default_factory=set)
     lease_events: int = 0
 
@@ -47,9 +47,7 @@ class RunSummary:
         elif isinstance(m, ClosuresFlushed):
             self.closed.update(m.closed)
             self.already_closed.update(m.already_closed)
-            # A close that failed here may be heard applied later: counted once, where it ended.
             self.failed_closes.update(m.failed)
-            self.failed_closes.difference_update(m.closed, m.already_closed)
         elif isinstance(m, LeaseEventReceived):
             self.lease_events += 1
 
@@ -60,7 +58,10 @@ class RunSummary:
             + (f", {self.withdraw_pages_found} found applied by a later lookup" if self.withdraw_pages_found else "")
             + f"), withdrawn {format_coins(self.withdrawn)}",
             f"credit checks: {self.credit_checks} ({self.failed_reads} failed reads)",
-            f"leases closed by us: {len(self.closed)}; found already closed: {len(self.already_closed)}; "
-            f"failed closes: {len(self.failed_closes)}",
+            # A close that failed, or was found done, may be heard applied by us later (a late
+            # answer, a lookup), in either order: each lease is counted once, where it ended.
+            f"leases closed by us: {len(self.closed)}; "
+            f"found already closed: {len(self.already_closed - self.closed)}; "
+            f"failed closes: {len(self.failed_closes - self.closed - self.already_closed)}",
             f"lease events received: {self.lease_events}",
         ]

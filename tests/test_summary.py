@@ -34,3 +34,8 @@ def test_a_close_that_failed_and_was_heard_applied_later_counts_once_as_closed()
     deliver(s, ClosuresFlushed(1, closed=("la",), failed=("lb", "lc")))  # the round's end: lb and lc failed
     deliver(s, ClosuresFlushed(0, closed=("lb",)))  # lb's tx was applied after all (a late answer, a lookup)
     assert s.lines()[2] == "leases closed by us: 2; found already closed: 0; failed closes: 1"
+    # The other order (a lookup that answers before its round ends), and a re-check that found it closed
+    s = RunSummary()
+    deliver(s, ClosuresFlushed(0, closed=("la",)))
+    deliver(s, ClosuresFlushed(1, already_closed=("la",), failed=("la", "lb")))
+    assert s.lines()[2] == "leases closed by us: 1; found already closed: 0; failed closes: 1"
