@@ -36,10 +36,10 @@ from messages.chain_actor import CloseBatchAnswered, CloseTxAnswered, CloseTxCal
 from messages.coins import coins, coins_to_dict, format_coins
 from messages.credit import LeasesClosed
 from messages.ledger import ClosureRecorded, CloseLookupClosed, CloseLookupOpened, SettlementsRecorded
-from messages.scheduler import ClosuresFlushed
+from messages.scheduler import NO_CYCLE, ClosuresFlushed
 from runtime.router import CHAIN_IO, LEDGER, SCHEDULER, tenant_address
 
-__all__ = ["CloseLookups", "ByTenant", "closure_facts", "closed_after_its_round", "NO_CYCLE"]
+__all__ = ["CloseLookups", "ByTenant", "closure_facts", "closed_after_its_round"]
 
 #: (tenant, its leases in one tx), as a close round groups them.
 ByTenant = tuple[tuple[str, tuple[str, ...]], ...]
@@ -62,10 +62,6 @@ def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: 
         if leases
     ]
     return out
-
-
-#: The cycle a close found by a lookup is reported under: a lookup keeps no cycle, and none is 0.
-NO_CYCLE = 0
 
 
 def closed_after_its_round(

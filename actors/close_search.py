@@ -86,22 +86,28 @@ class CloseSearches:
         self.booked: OrderedDict[str, str] = OrderedDict()
         #: lease -> searches that failed or found nothing so far, while one is out or due
         self.pending: dict[str, int] = {}
+        #: leases whose search ended leaving an issue in the books (not found, no tx index)
+        self.unfound: OrderedDict[str, str] = OrderedDict()
 
     def hint(self, lease_uuid: str, tx_hash: str) -> None:
         _bounded_put(self.hints, lease_uuid, tx_hash)
 
-    def booked_by_us(self, lease_uuids: Iterable[str]) -> list[Effect]:
+    def booked_by_us(self, lease_uuids: Iterable[str], looked_up: bool = False) -> list[Effect]:
         """Our close round booked these leases' close from its tx's answer: no search needed.
 
-        A search already out for one (its round's end said the close failed, a
-        re-check found the lease closed, and only then did the close's answer
-        or lookup come) is over: its answer is ignored, and what it noted in
-        the books is resolved, or a "not found" would stand beside the close.
+        A search for one (its round's end said the close failed, a re-check
+        found the lease closed, and only then did the close's answer or lookup
+        come) is over, whether still out (its answer is then ignored) or ended:
+        what it noted in the books is resolved, or a "not found" would stand
+        beside the close. ``looked_up``: the close was found by a lookup, which
+        may be one a previous run left open, whose search this run never saw:
+        the books' notes are resolved for every lease it closed.
         """
         out: list[Effect] = []
         for uuid in lease_uuids:
             _bounded_put(self.booked, uuid, "")
-            if self.pending.pop(uuid, None) is not None:
+            searched = self.pending.pop(uuid, None) is not None
+            if self.unfound.pop(uuid, None) is not None or searched or looked_up:
                 out += [Send(LEDGER, LeaseIssueResolved(uuid, kind)) for kind in (CLOSE_NOT_FOUND, NO_TX_INDEX, CLOSE_SOUGHT)]
         return out
 
@@ -148,6 +154,7 @@ class CloseSearches:
         error = m.error
         if error is not None and is_no_tx_index(error):
             del self.pending[m.lease_uuid]
+            _bounded_put(self.unfound, m.lease_uuid, NO_TX_INDEX)
             return [
                 Send(LEDGER, LeaseIssue(at, m.lease_uuid, NO_TX_INDEX, error.message, m.tenant)),
                 Send(LEDGER, LeaseIssueResolved(m.lease_uuid, CLOSE_SOUGHT)),  # over: no_tx_index says what is lacking
@@ -177,6 +184,7 @@ class CloseSearches:
             ]
             return out
         del self.pending[m.lease_uuid]
+        _bounded_put(self.unfound, m.lease_uuid, CLOSE_NOT_FOUND)
         return out + [Send(LEDGER, LeaseIssueResolved(m.lease_uuid, CLOSE_SOUGHT)), Note(
             f"{where} ended while unheard; {why}: what its closing tx settled is not in the books "
             "(listed by run.py periods)",

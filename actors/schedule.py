@@ -67,6 +67,7 @@ from messages.credit import LeaseGone, LeaseOpened, LeasesSynced, TenantRestored
 from messages.lease_events import ENDING_KINDS
 from messages.ledger import BillingTickDue, LeasesReconciled
 from messages.scheduler import (
+    NO_CYCLE,
     ActiveLeasesRead,
     BillingTickTimer,
     ClosuresFlushed,
@@ -561,7 +562,7 @@ class SchedulerDecisions:
         if gone:
             out += self._drop_leases(gone)
         # Ours were booked from their tx's answer; another's close (the tenant's) is read, and found.
-        out += self.close_searches.booked_by_us(message.closed)
+        out += self.close_searches.booked_by_us(message.closed, looked_up=message.cycle == NO_CYCLE)
         out += self.lease_reads.ask(message.already_closed)
         if self._current(message.cycle, "closing") is None:
             return out

@@ -24,6 +24,7 @@ __all__ = [
     "LeasesToRead",
     "TenantChecked",
     "ClosuresFlushed",
+    "NO_CYCLE",
     "LeaseEventReceived",
     "WAKE_REASONS",
 ]
@@ -104,7 +105,12 @@ class TenantChecked(Message, tag="tenant_checked"):
 
 
 
+#: ``ClosuresFlushed.cycle`` of a close a lookup found applied: a lookup keeps no cycle, and none is 0.
+NO_CYCLE = 0
+
+
 class ClosuresFlushed(Message, tag="closures_flushed"):
+    #: the check cycle whose closures these are; ``NO_CYCLE``: a close a lookup found applied
     cycle: int
     closed: tuple[str, ...] = ()
     #: Leases that were already closed on chain and were dropped from a batch.

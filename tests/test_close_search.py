@@ -122,3 +122,23 @@ def test_a_search_already_out_when_our_own_close_is_heard_booked_ends_and_leaves
     assert {e.message.kind for e in sent(out, LeaseIssueResolved)} == {"close_not_found", "no_tx_index", CLOSE_SOUGHT}
     assert core.handle(answer(call.message), T0) == []  # its "not found": nothing more in the books
     assert not sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
+
+
+def test_a_search_that_ended_not_found_before_our_own_close_was_heard_booked_has_its_issue_resolved() -> None:
+    core = SchedulerDecisions(settings(), PROVIDER)
+    (call,) = sent(core.handle(LeaseRead("l1", ENDED), T0), CloseSearchCall)
+    failed = ChainFailure("close_search", "the query was refused", transient=False)
+    ended = core.handle(answer(call.message, error=failed), T0)  # not transient: the search ends at once
+    assert [e.message.kind for e in sent(ended, LeaseIssue)] == ["close_not_found"]
+    out = core.handle(ClosuresFlushed(cycle=0, closed=("l1",), tx_hashes=("AB" * 32,)), T0)
+    assert "close_not_found" in {e.message.kind for e in sent(out, LeaseIssueResolved)}
+    # and a lease whose close was never searched for costs the books nothing
+    assert not sent(core.handle(ClosuresFlushed(cycle=2, closed=("l9",)), T0), LeaseIssueResolved)
+
+
+def test_a_close_a_lookup_found_resolves_the_books_notes_of_its_leases_even_from_before_a_restart() -> None:
+    """A lookup restored at start finds the close: this run never saw the search that noted 'not found'."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    out = core.handle(ClosuresFlushed(cycle=0, closed=("l1",), tx_hashes=("AB" * 32,)), T0)
+    assert {e.message.kind for e in sent(out, LeaseIssueResolved)} == {"close_not_found", "no_tx_index", CLOSE_SOUGHT}
+    assert not sent(core.handle(ClosuresFlushed(cycle=3, closed=("l2",)), T0), LeaseIssueResolved)  # a round's own
