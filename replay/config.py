@@ -77,7 +77,11 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     name, sep, value_text = text.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not section or not key:
-        raise ConfigError(f"--set {_quoted(text)}: expected section.key=value")
+        # Only the name is quoted: what follows '=' (or a whole text without one) may be a URL's
+        # credentials in a form nothing can tell from the rest (user:key@host).
+        if sep:
+            raise ConfigError(f"--set {_quoted(name.strip())}=...: expected section.key=value")
+        raise ConfigError("--set: expected section.key=value, and what was given has no '=' in it")
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
     except tomllib.TOMLDecodeError:

@@ -165,10 +165,21 @@ def format_duration(value: timedelta) -> str:
     return "".join(out)
 
 
-def _string(value: Any, max_bytes: int, path: bool = False) -> str:
+def _quoted(value: Any, url: bool) -> str:
+    """``value`` as an error quotes it; a URL setting's (and the strings of a list given for one)
+    with its credentials masked (``runtime.urls``)."""
+    if url:
+        if isinstance(value, str):
+            return shown(shown_url(value))
+        if isinstance(value, (list, tuple)):
+            return shown([shown_url(v) if isinstance(v, str) else v for v in value])
+    return shown(value)
+
+
+def _string(value: Any, max_bytes: int, path: bool = False, url: bool = False) -> str:
     """A setting's string: printable, within ``max_bytes``, not key material (a path: not all of it)."""
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {shown(value)}")
+        raise ValueError(f"expected a string, got {_quoted(value, url)}")
     if looks_like_key(value, whole=path):
         raise ValueError(
             f"{shown(value)}: a key belongs in the file named by [node] key_file (mode 0600) "
@@ -177,12 +188,12 @@ def _string(value: Any, max_bytes: int, path: bool = False) -> str:
     bad = next((i for i, ch in enumerate(value) if not ch.isprintable()), None)
     if bad is not None:
         raise ValueError(
-            f"contains a control character (U+{ord(value[bad]):04X}) at position {bad}, in {shown(value)}: "
+            f"contains a control character (U+{ord(value[bad]):04X}) at position {bad}, in {_quoted(value, url)}: "
             f"expected printable text on one line"
         )
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        raise ValueError(f"must be at most {max_bytes} bytes (UTF-8), got {size}: {shown(value)}")
+        raise ValueError(f"must be at most {max_bytes} bytes (UTF-8), got {size}: {_quoted(value, url)}")
     return value
 
 
@@ -209,7 +220,7 @@ def _convert(where: str, annotation: Any, value: Any, meta: dict[str, Any]) -> A
                 raise ValueError(f"expected a number a float holds exactly, got {shown(value)}")
             out = float(value)
         elif annotation is str:
-            out = _string(value, meta.get("max_bytes", MAX_STRING_BYTES), meta.get("path", False))
+            out = _string(value, meta.get("max_bytes", MAX_STRING_BYTES), meta.get("path", False), meta.get("url", False))
         elif annotation == list[str] or annotation == tuple[str, ...]:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"expected a list of strings, got {shown(value)}")

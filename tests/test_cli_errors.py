@@ -182,6 +182,12 @@ def test_a_replay_override_is_noted_without_a_key_or_a_urls_credentials() -> Non
     text = "\n".join(notices)
     assert len(notices) == 2 and "s3cr3tpass" not in text, text
     assert "grpc+http://***@grpc.example.net:9090" in text
-    with pytest.raises(ConfigError) as refused:
-        parse_assignment("grpc+http://alice:s3cr3tpass@grpc.example.net:9090")
-    assert "s3cr3tpass" not in str(refused.value)
+    for typed in ("grpc+http://alice:s3cr3tpass@grpc.example.net:9090", "grpc_url=alice:s3cr3tpass@grpc.example.net:443"):
+        with pytest.raises(ConfigError) as refused:
+            parse_assignment(typed)
+        assert "s3cr3tpass" not in str(refused.value) and "expected section.key=value" in str(refused.value)
+    # a value of the wrong kind, or with a control character in it, is quoted masked too
+    for bad in (["ws://rpc.example.net/websocket?apikey=s3cr3tpass"], "ws://rpc.example.net/websocket?apikey=s3cr3tpass\t"):
+        with pytest.raises(ConfigError) as refused:
+            replay_config(captured, {"node": {"websocket_url": bad}})
+        assert "s3cr3tpass" not in str(refused.value) and "websocket_url" in str(refused.value), refused.value
