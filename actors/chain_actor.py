@@ -115,7 +115,14 @@ class ChainDecisions:
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)
         if isinstance(message, CloseTxAnswered):
-            return self.close_lookups.answered(message, now)
+            # A lookup can answer before the round its batch failed in ends (its other batches
+            # still out): that round then reports the close, instead of the failure it holds.
+            rnd = self._round_holding_failed(message.lease_uuids) if message.result is not None else None
+            pending = message.tx_hash in self.close_lookups.pending
+            out = self.close_lookups.answered(message, now, round_tells=rnd is not None)
+            if rnd is not None and pending and message.result is not None:
+                rnd.closed_after_all(message.lease_uuids, message.result.tx_hashes)
+            return out
         if isinstance(message, CloseTxSigned):
             rnd = self.rounds.get(message.round) or self.aborted.get(message.round)
             batch = rnd.batches.get(message.batch) if rnd is not None else None
@@ -211,6 +218,13 @@ class ChainDecisions:
                         self.aborted.popitem(last=False)
                 return rnd.abort(failure, now)
         return []
+
+    def _round_holding_failed(self, leases: tuple[str, ...]) -> CloseRound | None:
+        """The round, not yet ended, in which these leases' close failed (with a tx that may have applied)."""
+        for rnd in self.rounds.values():
+            if not rnd.finished and leases and all(u in rnd.failed for u in leases):
+                return rnd
+        return None
 
     def _late_batch(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
         """A batch of a round ``recover`` ended answers: book what its tx did; the round stays over.

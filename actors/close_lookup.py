@@ -147,7 +147,9 @@ class CloseLookups:
             Send(CHAIN_IO, CloseTxCall(tx_hash, leases, 1), at=now + LOOKUP_DELAYS[0]),
         ]
 
-    def answered(self, m: CloseTxAnswered, now: datetime) -> list[Effect]:
+    def answered(self, m: CloseTxAnswered, now: datetime, round_tells: bool = False) -> list[Effect]:
+        """A lookup's answer. ``round_tells``: the round the close failed in has not ended, and its end
+        reports a close found applied to the tenants and the scheduler (``CloseRound.closed_after_all``)."""
         entry = self.pending.get(m.tx_hash)
         if entry is None:
             return []  # already settled by an earlier answer
@@ -163,7 +165,7 @@ class CloseLookups:
                      event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
                 *closure_facts(m.result, by_tenant, reason, now),
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
-                *closed_after_its_round(m.result, by_tenant, reason, tenants=told),
+                *([] if round_tells else closed_after_its_round(m.result, by_tenant, reason, tenants=told)),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None and outcome_unreadable(m.error):

@@ -255,6 +255,13 @@ class CloseRound:
                     self.failed.setdefault(u, error)
         return self._finish(now, retry_at=now + self.settings.credit_check_retry_interval)
 
+    def closed_after_all(self, leases: tuple[str, ...], tx_hashes: tuple[str, ...]) -> None:
+        """A batch that failed here was found applied by its lookup before the round ended: the round's
+        end reports these leases closed (by ``tx_hashes``), not failed."""
+        for u in leases:
+            self.failed.pop(u, None)
+            self.closed[u] = tx_hashes
+
     def _maybe_finish(self, now: datetime) -> list[Effect]:
         if all(b.done for b in self.batches.values()):
             return self._finish(now)

@@ -266,3 +266,28 @@ def test_a_lookup_on_a_node_without_a_tx_index_ends_saying_the_outcome_is_unknow
     text, delay = not_applied_yet("close tx CD", 1, none, "it closed nothing")
     assert delay is None and "was included and failed" not in text and "it closed nothing" not in text
     assert "keeps no tx index" in text and "missing from the books" in text
+
+
+def test_a_lookup_that_finds_a_batch_applied_before_its_round_ends_has_the_round_report_it_closed() -> None:
+    """Two batches: the first's answer is lost and its lookup finds it applied while the second is still
+    out. The round's end then says those leases closed, once, not failed (and no one hears both)."""
+    from actors.chain_actor import ChainDecisions
+    from messages.chain_actor import CloseTxAnswered, FlushClosures
+
+    chain = ChainDecisions(S)
+    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "tenant asked", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
+    first, second = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True, tx_hash="AB" * 32)
+    out = chain.handle(CloseBatchAnswered(first.round, first.batch, first.lease_uuids, None, lost), T0)
+    assert not msgs(out, ClosuresFlushed)  # the round goes on: its second batch is out
+    settled = (LeaseSettled(T0, "AB" * 32, first.lease_uuids[0], (Coin("umfx", 4),), kind="close"),)
+    out = chain.handle(CloseTxAnswered("AB" * 32, first.lease_uuids, 1, CloseOutcome(1, ("AB" * 32,), settled)), T0)
+    assert msgs(out, SettlementsRecorded) and not msgs(out, ClosuresFlushed) and not msgs(out, LeasesClosed)
+    done = CloseOutcome(1, ("CD" * 32,), ())
+    out = chain.handle(CloseBatchAnswered(second.round, second.batch, second.lease_uuids, done), T0)
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert flushed.closed == ("la", "lb") and flushed.failed == ()
+    assert not msgs(out, CloseFailed)
+    assert sorted((m.tenant, m.lease_uuids) for m in msgs(out, LeasesClosed)) == [("manifest1a", ("la",)), ("manifest1b", ("lb",))]
