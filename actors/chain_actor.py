@@ -115,13 +115,15 @@ class ChainDecisions:
         if isinstance(message, WithdrawTxAnswered):
             return self.lookups.answered(message, now)
         if isinstance(message, CloseTxAnswered):
-            # A lookup can answer before the round its batch failed in ends (its other batches
-            # still out): that round then reports the close, instead of the failure it holds.
-            rnd = self._round_holding_failed(message.lease_uuids) if message.result is not None else None
+            # A lookup can answer before a round that holds one of its leases failed has ended (its
+            # other batches still out): that round then reports the lease closed, not the failure.
+            held = self._rounds_holding_failed(message.lease_uuids) if message.result is not None else {}
             pending = message.tx_hash in self.close_lookups.pending
-            out = self.close_lookups.answered(message, now, round_tells=rnd is not None)
-            if rnd is not None and pending and message.result is not None:
-                rnd.closed_after_all(message.lease_uuids, message.result.tx_hashes)
+            out = self.close_lookups.answered(message, now, held=frozenset(held))
+            if pending and message.result is not None:
+                for lease, rounds in held.items():
+                    for rnd in rounds:
+                        rnd.closed_after_all((lease,), message.result.tx_hashes)
             return out
         if isinstance(message, CloseTxSigned):
             rnd = self.rounds.get(message.round) or self.aborted.get(message.round)
@@ -219,12 +221,15 @@ class ChainDecisions:
                 return rnd.abort(failure, now)
         return []
 
-    def _round_holding_failed(self, leases: tuple[str, ...]) -> CloseRound | None:
-        """The round, not yet ended, in which these leases' close failed (with a tx that may have applied)."""
+    def _rounds_holding_failed(self, leases: tuple[str, ...]) -> dict[str, list[CloseRound]]:
+        """Each of ``leases`` that a round not yet ended holds failed: those rounds, by lease."""
+        held: dict[str, list[CloseRound]] = {}
         for rnd in self.rounds.values():
-            if not rnd.finished and leases and all(u in rnd.failed for u in leases):
-                return rnd
-        return None
+            if not rnd.finished:
+                for u in leases:
+                    if u in rnd.failed:
+                        held.setdefault(u, []).append(rnd)
+        return held
 
     def _late_batch(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
         """A batch of a round ``recover`` ended answers: book what its tx did; the round stays over.

@@ -65,7 +65,8 @@ def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: 
 
 
 def closed_after_its_round(
-    outcome: CloseOutcome, by_tenant: ByTenant, reason: str, cycle: int = NO_CYCLE, tenants: bool = True
+    outcome: CloseOutcome, by_tenant: ByTenant, reason: str, cycle: int = NO_CYCLE, tenants: bool = True,
+    told_elsewhere: frozenset[str] = frozenset(),
 ) -> list[Effect]:
     """A close found applied after its round ended (a late answer, a lookup): who must hear it.
 
@@ -76,15 +77,18 @@ def closed_after_its_round(
     but not by event, that search records a false ``close_not_found``.
     ``tenants``: tell the tenants too (their monitors exist: the round's
     own, or a lookup's this run began); a lookup restored at start may name
-    tenants no longer watched.
+    tenants no longer watched. ``told_elsewhere``: leases whose tenants hear
+    of the close from a round still going (``ChainDecisions``).
     """
     closed = tuple(sorted(u for _, leases in by_tenant for u in leases))
     if not closed:
         return []
     out: list[Effect] = []
     if tenants:
-        out += [Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes))
-                for tenant, leases in by_tenant if leases]
+        for tenant, leases in by_tenant:
+            leases = tuple(u for u in leases if u not in told_elsewhere)
+            if leases:
+                out.append(Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes)))
     return out + [Send(SCHEDULER, ClosuresFlushed(cycle, closed=closed, tx_hashes=outcome.tx_hashes))]
 
 
@@ -147,9 +151,10 @@ class CloseLookups:
             Send(CHAIN_IO, CloseTxCall(tx_hash, leases, 1), at=now + LOOKUP_DELAYS[0]),
         ]
 
-    def answered(self, m: CloseTxAnswered, now: datetime, round_tells: bool = False) -> list[Effect]:
-        """A lookup's answer. ``round_tells``: the round the close failed in has not ended, and its end
-        reports a close found applied to the tenants and the scheduler (``CloseRound.closed_after_all``)."""
+    def answered(self, m: CloseTxAnswered, now: datetime, held: frozenset[str] = frozenset()) -> list[Effect]:
+        """A lookup's answer. ``held``: leases that a round not yet ended holds failed; that round's end
+        tells their tenants of the close (``CloseRound.closed_after_all``), so this does not. The
+        scheduler hears of every lease here, as a lookup's (``NO_CYCLE``): its books' notes are resolved."""
         entry = self.pending.get(m.tx_hash)
         if entry is None:
             return []  # already settled by an earlier answer
@@ -165,7 +170,7 @@ class CloseLookups:
                      event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
                 *closure_facts(m.result, by_tenant, reason, now),
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
-                *([] if round_tells else closed_after_its_round(m.result, by_tenant, reason, tenants=told)),
+                *closed_after_its_round(m.result, by_tenant, reason, tenants=told, told_elsewhere=held),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None and outcome_unreadable(m.error):

@@ -284,10 +284,44 @@ def test_a_lookup_that_finds_a_batch_applied_before_its_round_ends_has_the_round
     assert not msgs(out, ClosuresFlushed)  # the round goes on: its second batch is out
     settled = (LeaseSettled(T0, "AB" * 32, first.lease_uuids[0], (Coin("umfx", 4),), kind="close"),)
     out = chain.handle(CloseTxAnswered("AB" * 32, first.lease_uuids, 1, CloseOutcome(1, ("AB" * 32,), settled)), T0)
-    assert msgs(out, SettlementsRecorded) and not msgs(out, ClosuresFlushed) and not msgs(out, LeasesClosed)
+    assert msgs(out, SettlementsRecorded) and not msgs(out, LeasesClosed)  # the round's end tells the tenant
+    assert [f.cycle for f in msgs(out, ClosuresFlushed)] == [0]  # the scheduler at once: the books' notes resolved
     done = CloseOutcome(1, ("CD" * 32,), ())
     out = chain.handle(CloseBatchAnswered(second.round, second.batch, second.lease_uuids, done), T0)
     (flushed,) = msgs(out, ClosuresFlushed)
     assert flushed.closed == ("la", "lb") and flushed.failed == ()
     assert not msgs(out, CloseFailed)
     assert sorted((m.tenant, m.lease_uuids) for m in msgs(out, LeasesClosed)) == [("manifest1a", ("la",)), ("manifest1b", ("lb",))]
+
+
+def test_a_lookup_of_two_leases_one_of_which_a_later_round_holds_failed_tells_each_tenant_once() -> None:
+    """Round 1 lost its batch of la and lb (looked up); round 2 asked for la again and lost it too, with
+    another batch still out. The lookup finds the first tx applied: lb's tenant hears it now, la's
+    from round 2's end, which reports la closed, not failed."""
+    from actors.chain_actor import ChainDecisions
+    from messages.chain_actor import CloseTxAnswered, FlushClosures
+
+    chain = ChainDecisions(S)
+    lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True, tx_hash="AB" * 32)
+    chain.handle(CloseRequested(1, "manifest1a", ("la",), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(1, "manifest1b", ("lb",), "credit depleted", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(1), T0), NodeStatusCall)
+    (batch,) = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    out = chain.handle(CloseBatchAnswered(batch.round, batch.batch, batch.lease_uuids, None, lost), T0)
+    assert {m.tenant for m in msgs(out, CloseFailed)} == {"manifest1a", "manifest1b"}  # round 1 over
+    chain.handle(CloseRequested(2, "manifest1a", ("la",), "credit depleted", read_height=100), T0)
+    chain.handle(CloseRequested(2, "manifest1c", ("lc",), "tenant asked", read_height=100), T0)
+    (status,) = msgs(chain.handle(FlushClosures(2), T0), NodeStatusCall)
+    batches = msgs(chain.handle(NodeStatusAnswered(status.round, FRESH), T0), CloseBatchCall)
+    (again,) = [b for b in batches if b.lease_uuids == ("la",)]
+    (other,) = [b for b in batches if b.lease_uuids == ("lc",)]
+    again_lost = ChainFailure("close_leases", "not included in time", transient=True, may_have_committed=True,
+                              tx_hash="EF" * 32)
+    chain.handle(CloseBatchAnswered(again.round, again.batch, again.lease_uuids, None, again_lost), T0)
+    settled = tuple(LeaseSettled(T0, "AB" * 32, u, (Coin("umfx", 4),), kind="close") for u in ("la", "lb"))
+    out = chain.handle(CloseTxAnswered("AB" * 32, ("la", "lb"), 1, CloseOutcome(2, ("AB" * 32,), settled)), T0)
+    assert [(m.tenant, m.lease_uuids) for m in msgs(out, LeasesClosed)] == [("manifest1b", ("lb",))]
+    assert [f.closed for f in msgs(out, ClosuresFlushed)] == [("la", "lb")]
+    out = chain.handle(CloseBatchAnswered(other.round, other.batch, other.lease_uuids, CloseOutcome(1, ("CD" * 32,), ())), T0)
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert flushed.closed == ("la", "lc") and flushed.failed == () and not msgs(out, CloseFailed)
