@@ -18,9 +18,8 @@ import dataclasses
 import tomllib
 from typing import Any
 
-from runtime.config import Config, ConfigError, load_config, sections
+from runtime.config import Config, ConfigError, load_config, quoted_setting, sections
 from runtime.key_material import shown
-from runtime.urls import shown_url
 
 __all__ = ["replay_config", "parse_assignment", "merge_overrides"]
 
@@ -58,18 +57,11 @@ def replay_config(
     for name, values in (overrides or {}).items():
         raw.setdefault(name, {}).update({k: _plain(v) for k, v in values.items()})
         for key, value in sorted(values.items()):
-            notices.append(f"replaying with [{name}] {key} = {_quoted(value)} (override)")
+            notices.append(f"replaying with [{name}] {key} = {quoted_setting(name, key, value)} (override)")
     try:
         return load_config(None, raw), notices
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}".replace("<defaults>: ", "")) from None
-
-
-def _quoted(value: Any) -> str:
-    """``value`` as a notice or an error quotes what the operator typed: no key, no URL's credentials."""
-    if isinstance(value, str) and "://" in value:
-        return shown(shown_url(value))
-    return shown(value)
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:
@@ -80,7 +72,7 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
         # Only the name is quoted: what follows '=' (or a whole text without one) may be a URL's
         # credentials in a form nothing can tell from the rest (user:key@host).
         if sep:
-            raise ConfigError(f"--set {_quoted(name.strip())}=...: expected section.key=value")
+            raise ConfigError(f"--set {shown(name.strip())}=...: expected section.key=value")
         raise ConfigError("--set: expected section.key=value, and what was given has no '=' in it")
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]

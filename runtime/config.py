@@ -65,6 +65,7 @@ __all__ = [
     "parse_duration",
     "format_duration",
     "convert_setting",
+    "quoted_setting",
     "MAX_DURATION",
     "MAX_STRING_BYTES",
     "build_section",
@@ -256,6 +257,14 @@ def convert_setting(cls: type, key: str, value: Any, where: str) -> Any:
     """
     meta = dict(next(f for f in dataclasses.fields(cls) if f.name == key).metadata)
     return _convert(where, _hints(cls)[key], value, meta)
+
+
+def quoted_setting(section: str, key: str, value: Any) -> str:
+    """``value`` as a message quotes it for ``[section] key``: no key material, and a URL
+    setting's credentials masked; a section or key not registered is quoted as any value."""
+    cls = _SECTIONS.get(section)
+    field_ = next((f for f in dataclasses.fields(cls) if f.name == key), None) if cls is not None else None
+    return _quoted(value, bool(field_ is not None and field_.metadata.get("url")))
 
 
 def _base_folder(source: str) -> Path:
