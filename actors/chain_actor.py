@@ -117,13 +117,13 @@ class ChainDecisions:
         if isinstance(message, CloseTxAnswered):
             # A lookup can answer before a round that holds one of its leases failed has ended (its
             # other batches still out): that round then reports the lease closed, not the failure.
-            held = self._rounds_holding_failed(message.lease_uuids) if message.result is not None else {}
+            holding = self._rounds_holding_failed(message.lease_uuids) if message.result is not None else []
             pending = message.tx_hash in self.close_lookups.pending
-            out = self.close_lookups.answered(message, now, held=frozenset(held))
+            held = frozenset(u for _, leases in holding for u in leases)
+            out = self.close_lookups.answered(message, now, held=held)
             if pending and message.result is not None:
-                for lease, rounds in held.items():
-                    for rnd in rounds:
-                        rnd.closed_after_all((lease,), message.result.tx_hashes)
+                for rnd, leases in holding:
+                    rnd.closed_after_all(leases, message.result.tx_hashes)
             return out
         if isinstance(message, CloseTxSigned):
             rnd = self.rounds.get(message.round) or self.aborted.get(message.round)
@@ -221,15 +221,10 @@ class ChainDecisions:
                 return rnd.abort(failure, now)
         return []
 
-    def _rounds_holding_failed(self, leases: tuple[str, ...]) -> dict[str, list[CloseRound]]:
-        """Each of ``leases`` that a round not yet ended holds failed: those rounds, by lease."""
-        held: dict[str, list[CloseRound]] = {}
-        for rnd in self.rounds.values():
-            if not rnd.finished:
-                for u in leases:
-                    if u in rnd.failed:
-                        held.setdefault(u, []).append(rnd)
-        return held
+    def _rounds_holding_failed(self, leases: tuple[str, ...]) -> list[tuple[CloseRound, tuple[str, ...]]]:
+        """The rounds not yet ended that hold some of ``leases`` failed, each with those leases."""
+        holding = ((rnd, tuple(u for u in leases if u in rnd.failed)) for rnd in self.rounds.values() if not rnd.finished)
+        return [(rnd, failed) for rnd, failed in holding if failed]
 
     def _late_batch(self, rnd: CloseRound, m: CloseBatchAnswered, now: datetime) -> list[Effect]:
         """A batch of a round ``recover`` ended answers: book what its tx did; the round stays over.
