@@ -27,7 +27,12 @@ pykka actor with its own mailbox handling one message at a time.
 Targets (issue 16), pooled, at 10,000 tenants / 50,000 leases: start <= 0.25 s,
 the sidecar's own share of a check cycle <= 0.2 s, its own RSS <= 100 MB; with
 ``--growth``, each of the three at 100,000 tenants within 12x of its
-10,000-tenant figure (the cost grows linearly).
+10,000-tenant figure (the cost grows linearly). ``--growth`` ends with the
+same run's baseline for those ratios: a walk over ten small objects a tenant
+in a heap filled to each row's peak RSS (``memory_walk``, no sidecar code),
+what a visit costs at each size on this machine's caches and memory, in the
+order the objects were made and in a random order: the two bound what the
+memory alone can add to the growth.
 """
 
 from __future__ import annotations
@@ -308,7 +313,11 @@ def main() -> int:
     p.add_argument("--growth", action="store_true",
                    help="pooled only, at --tenants and at --factor times as many: both rows and their ratios")
     p.add_argument("--factor", type=int, default=10)
+    p.add_argument("--memory-walk", nargs=2, type=float, metavar=("TENANTS", "MB"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.memory_walk:
+        print(*memory_walk(int(args.memory_walk[0]), args.memory_walk[1]))
+        return 0
     if args.mode:
         print(json.dumps(run(args.mode, args.tenants, args.leases_per_tenant, args.cycles, args.start_rounds)))
         return 0
@@ -371,6 +380,63 @@ def _child(mode: str, tenants: int, per_tenant: int, cycles: int, start_rounds: 
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+#: Objects a memory walk visits per tenant, and the pymalloc-sized filler allocated between two of
+#: them (below 512 B: from the same arenas as the sidecar's small objects, which it spreads).
+WALK_OBJECTS_PER_TENANT = 10
+WALK_FILLER_ITEMS = 40
+
+
+def memory_walk(tenants: int, megabytes: float, rounds: int = 3) -> tuple[float, float]:
+    """Nanoseconds a visit to one of ``tenants`` x 10 small dicts costs, with the process's heap filled
+    out to ``megabytes`` between them: in the order they were made, and in a random order (best of
+    ``rounds`` each).
+
+    No sidecar code: what the machine's caches and memory alone make of a heap that size, for the
+    growth rows to be read against. A check cycle visits every tenant's objects, mostly in the order
+    they were made (its dicts keep insertion order) and partly not (a tenant's monitor, leases and
+    reads were made at different times): the two orders bound what the memory can cost it.
+    """
+    import random
+
+    gc.disable()
+    objects = tenants * WALK_OBJECTS_PER_TENANT
+    # What each object walked and each filler take, their list slots included (rss_mb is in MiB).
+    walked_bytes = sys.getsizeof({"n": 0, "items": [0, 1], "name": ""}) + sys.getsizeof([0, 1]) + \
+        sys.getsizeof(str(objects)) + 2 * 8
+    filler_bytes = sys.getsizeof((0,) * WALK_FILLER_ITEMS) + 8
+    room = (megabytes - rss_mb()) * 2**20 - objects * walked_bytes
+    fillers = max(0, int(room / objects / filler_bytes))
+    world: list[dict[str, Any]] = []
+    kept: list[tuple[int, ...]] = []
+    for i in range(objects):
+        world.append({"n": i, "items": [i, i + 1], "name": str(i)})
+        kept.extend((i,) * WALK_FILLER_ITEMS for _ in range(fillers))
+    shuffled = list(range(objects))
+    random.Random(16).shuffle(shuffled)
+    costs = []
+    for order in (range(objects), shuffled):
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            total = 0
+            for i in order:
+                o = world[i]
+                total += o["n"] + o["items"][1] + len(o["name"])
+            best = min(best, time.perf_counter() - started)
+        costs.append(best / objects * 1e9)
+    return costs[0], costs[1]
+
+
+def _walk_child(tenants: int, megabytes: float) -> tuple[float, float] | None:
+    out = subprocess.run([sys.executable, __file__, "--memory-walk", str(tenants), str(megabytes)],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        print(out.stderr, file=sys.stderr)
+        return None
+    in_order, shuffled = out.stdout.strip().splitlines()[-1].split()
+    return float(in_order), float(shuffled)
+
+
 def growth(args: argparse.Namespace) -> int:
     """The pooled sidecar at N and factor x N tenants: start, its own share of a cycle, its own RSS."""
     small = _child("pooled", args.tenants, args.leases_per_tenant, args.cycles, args.start_rounds)
@@ -392,6 +458,19 @@ def growth(args: argparse.Namespace) -> int:
     print(f"starts (the median above): {small['start_rounds_s']} / {large['start_rounds_s']}")
     print(f"cycle times: {small['cycle_times_s']} / {large['cycle_times_s']}")
     print(f"world built in {small['world_build_s']} s / {large['world_build_s']} s")
+    # The same run's baseline for the ratios: what a visit to an object costs on this machine in a heap
+    # of each row's size (model included: the cycle walks the model's answers too), no sidecar code.
+    walks = [_walk_child(r["tenants"], r["rss_mb"]) for r in (small, large)]
+    if walks[0] is None or walks[1] is None:
+        return 1
+    (a_seq, a_rand), (b_seq, b_rand) = walks
+    low, high = args.factor * b_seq / a_seq, args.factor * b_rand / a_rand
+    print(f"this machine's memory, the same run's baseline (no sidecar code: a walk over {WALK_OBJECTS_PER_TENANT} "
+          f"small objects a tenant, the heap filled to each row's peak RSS, {small['rss_mb']:.0f} / "
+          f"{large['rss_mb']:.0f} MB): a visit in the order they were made {a_seq:.0f} / {b_seq:.0f} ns "
+          f"({b_seq / a_seq:.2f}x), in a random order {a_rand:.0f} / {b_rand:.0f} ns ({b_rand / a_rand:.2f}x); "
+          f"work that visits every object as often per tenant grows {low:.1f}x to {high:.1f}x from the caches "
+          "and memory alone, by how much of it goes in the order the objects were made")
     return 0
 
 
