@@ -61,7 +61,8 @@ class NodeSettings:
         url=True,
     )
     tls_ca_file: str = setting(
-        "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs"
+        "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs",
+        node_file=True,
     )
     websocket_url: str = setting(
         "ws://127.0.0.1:26657/websocket", "CometBFT websocket endpoint (ws:// or wss://)", url=True
@@ -123,6 +124,7 @@ class NodeSettings:
         "(run.py devnet --clock-file PATH); the sidecar then runs on that devnet's clock, not the wall clock. "
         "Empty (the default): the wall clock, as against every real node",
         path=True,
+        node_file=True,
     )
 
     def validate(self) -> None:

@@ -3,7 +3,7 @@
 Wiring (``run.py``)::
 
     from replay.cli import add_command as add_replay
-    add_replay(sub, load_config)     # load_config(path) -> Config, for --with-config
+    add_replay(sub, load_config)     # load_config(path, overrides) -> Config, for --with-config
 
 There is no ``python -m replay.cli``: a replay rebuilds the captured
 configuration from every section of the sidecar, and only the wiring, which
@@ -38,7 +38,7 @@ from capture.errors import CaptureError
 from capture.format import FILE_SUFFIX
 from capture.reader import CaptureReader, capture_files
 from replay import describe
-from replay.config import merge_overrides
+from replay.config import merge_overrides, without_node_files
 from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
 from replay.parallel import PARALLEL_FROM_BYTES, ParallelReplayer, jobs_for
 from runtime.cli import error_line
@@ -101,7 +101,7 @@ def _check_logs(logs: list[str]) -> None:
             )
 
 
-def add_command(subparsers: Any, load_config: Callable[[str], Config]) -> argparse.ArgumentParser:
+def add_command(subparsers: Any, load_config: Callable[..., Config]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "replay",
         help="replay captured logs through today's decision code and show where it decides differently",
@@ -257,7 +257,7 @@ class _Json:
 
 def run_replay(
     args: argparse.Namespace,
-    load_config: Callable[[str], Config] | None = None,
+    load_config: Callable[..., Config] | None = None,
     *,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
@@ -273,7 +273,7 @@ def run_replay(
         if args.with_config:
             if load_config is None:
                 raise ConfigError("--with-config needs a configuration loader")
-            config = load_config(args.with_config)
+            config = load_config(args.with_config, without_node_files())  # a replay reaches no node
         _check_logs(args.logs)
     except ConfigError as exc:
         stderr.write(error_line(exc) + "\n")

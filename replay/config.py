@@ -10,6 +10,13 @@ A capture from another version may name a section or key this build does
 not have: it is left out with a notice rather than refusing the replay, so
 an old production capture can still be replayed against new code. A value
 this build rejects is an error naming it.
+
+A replay reaches no node: the files a run read only to reach its node or
+its clock (settings marked ``node_file``: ``[node] tls_ca_file``,
+``devnet_clock``) are left out with a notice, so that a production capture
+replays on a machine that has none of them. An override still sets one.
+A configuration given in the capture's place (``--with-config``) is read
+without them too (``without_node_files``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 from runtime.config import Config, ConfigError, load_config, quoted_setting, sections
 from runtime.key_material import shown
 
-__all__ = ["replay_config", "parse_assignment", "merge_overrides"]
+__all__ = ["replay_config", "without_node_files", "parse_assignment", "merge_overrides"]
 
 
 def _plain(value: Any) -> Any:
@@ -36,21 +43,31 @@ def replay_config(
     overrides: dict[str, dict[str, Any]] | None = None,
     *,
     source: str = "capture",
+    origin: str = "captured",
 ) -> tuple[Config, list[str]]:
-    """A ``Config`` from the captured effective values plus ``overrides``; and notices."""
+    """A ``Config`` from the captured effective values plus ``overrides``; and notices.
+
+    ``origin`` says in the notices where the values came from (``--config``'s file: "configured").
+    """
     known = sections()
     notices: list[str] = []
     raw: dict[str, dict[str, Any]] = {}
     for name, values in sorted((captured or {}).items()):
         cls = known.get(name)
         if cls is None:
-            notices.append(f"captured section [{name}] is unknown to this version; left out")
+            notices.append(f"{origin} section [{name}] is unknown to this version; left out")
             continue
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        overridden = (overrides or {}).get(name, {})
         kept = {}
         for key, value in sorted(values.items()):
-            if key not in fields:
-                notices.append(f"captured setting [{name}] {key} is unknown to this version; left out")
+            f = fields.get(key)
+            if f is None:
+                notices.append(f"{origin} setting [{name}] {key} is unknown to this version; left out")
+                continue
+            if f.metadata.get("node_file") and value and key not in overridden:
+                notices.append(f"{origin} setting [{name}] {key} = {quoted_setting(name, key, value)} left out: "
+                               "a replay reaches no node")
                 continue
             kept[key] = _plain(value)
         raw[name] = kept
@@ -62,6 +79,16 @@ def replay_config(
         return load_config(None, raw), notices
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}".replace("<defaults>: ", "")) from None
+
+
+def without_node_files() -> dict[str, dict[str, Any]]:
+    """Overrides that set every ``node_file`` setting to its default (empty): for a configuration file
+    loaded to replay with, whose CA file (say) is on the production machine, not this one."""
+    return {
+        name: blank
+        for name, cls in sections().items()
+        if (blank := {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get("node_file")})
+    }
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:

@@ -58,7 +58,7 @@ import gc
 import itertools
 import operator
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
 
@@ -1078,7 +1078,10 @@ class Replayer(ReplayTotals):
         if self.config is not None:
             config = self.config
             if self.overrides:
-                config, notices = replay_config(effective_config(config), self.overrides)
+                given = config
+                config, notices = replay_config(effective_config(given), self.overrides, source=given.source,
+                                                origin="configured")
+                config = replace(config, source=given.source)  # rebuilt from its values: still that file's
             notices.insert(0, f"replaying with the configuration from {config.source}, not the captured one")
         elif start is not None:
             config, notices = replay_config(start.config, self.overrides, source=entry.where())

@@ -223,6 +223,29 @@ def test_two_replays_print_identical_bytes_and_the_timeline_tells_the_story(capt
     assert status == 1 and "DIVERGENCE changed" in text
 
 
+def test_a_production_config_given_in_the_captures_place_replays_without_its_ca_file(capture, tmp_path):
+    """--with-config: the file names a CA file that is on the production machine only; a replay reaches no node."""
+    paths, _ = capture
+    prod = tmp_path / "prod.toml"
+    prod.write_text('[node]\ngrpc_url = "grpc+https://node.example:443"\n'
+                    'tls_ca_file = "/etc/leasewarden/no-such-ca.pem"\n')
+    for extra in ([], ["node.page_size=250"]):
+        out, err = io.StringIO(), io.StringIO()
+        args = argparse.Namespace(logs=list(paths), until=None, tenant=None, step=False, json=False, skip_bad=False,
+                                  set=extra, with_config=str(prod), timer_slack=None)
+        status = run_replay(args, load_config, stdout=out, stderr=err, build_core=build_core)
+        assert status in (0, 1), err.getvalue()  # replayed (the file's other settings may decide otherwise)
+        assert "tls_ca_file" not in err.getvalue() + out.getvalue()
+        assert f"replaying with the configuration from {prod}" in out.getvalue()
+    # A --set of the CA file is still applied, and still checked: the error names the file it is set on.
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(logs=list(paths), until=None, tenant=None, step=False, json=False, skip_bad=False,
+                              set=["node.tls_ca_file='/no/such-ca.pem'"], with_config=str(prod), timer_slack=None)
+    status = run_replay(args, load_config, stdout=out, stderr=err, build_core=build_core)
+    assert status not in (0, 1)
+    assert f"{prod}: [node] tls_ca_file '/no/such-ca.pem': no such file" in err.getvalue() + out.getvalue()
+
+
 def _json_lines(text):
     return [json.loads(line) for line in text.splitlines()]
 
@@ -258,3 +281,4 @@ def test_a_replay_in_worker_processes_prints_what_one_process_prints(capture, ch
     assert one[0] == (1 if changes else 0)
     assert _cli(paths, json=True, set=changes, jobs=2) == one
     assert _cli(paths, json=True, set=changes, jobs=3) == one
+

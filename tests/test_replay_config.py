@@ -1,0 +1,42 @@
+"""The configuration a replay rebuilds from a capture: what it keeps, leaves out and overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from replay.config import replay_config
+from runtime.config import ConfigError
+import sidecar.settings  # noqa: F401  (every section registered)
+
+#: A production run's [node]: TLS with a CA file, and the files that machine had.
+CAPTURED_NODE = {
+    "grpc_url": "grpc+https://node.example:443",
+    "tls_ca_file": "/etc/leasewarden/no-such-ca.pem",
+    "devnet_clock": "/var/lib/leasewarden/no-such-clock.json",
+    "page_size": 250,
+}
+
+
+def test_the_files_that_reached_the_node_are_left_out_with_a_notice() -> None:
+    config, notices = replay_config({"node": dict(CAPTURED_NODE)})
+    assert config.node.tls_ca_file == "" and config.node.devnet_clock == ""
+    assert config.node.page_size == 250 and config.node.grpc_url == CAPTURED_NODE["grpc_url"]
+    left_out = [n for n in notices if "a replay reaches no node" in n]
+    assert len(left_out) == 2
+    assert any("[node] tls_ca_file = '/etc/leasewarden/no-such-ca.pem' left out" in n for n in left_out)
+
+
+def test_an_empty_captured_file_setting_says_nothing() -> None:
+    _, notices = replay_config({"node": {"tls_ca_file": "", "devnet_clock": ""}})
+    assert notices == []
+
+
+def test_an_override_still_sets_a_node_file_and_it_is_checked() -> None:
+    with pytest.raises(ConfigError, match="tls_ca_file .*no such file"):
+        replay_config({"node": dict(CAPTURED_NODE)}, {"node": {"tls_ca_file": "/no/such/ca.pem"}})
+
+
+def test_values_from_an_operators_config_are_named_so_in_the_notices() -> None:
+    _, notices = replay_config({"node": dict(CAPTURED_NODE)}, {"scheduler": {"dry_run": True}}, origin="configured")
+    assert any(n.startswith("configured setting [node] tls_ca_file = ") for n in notices)
+    assert not any(n.startswith("captured") for n in notices)
