@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
@@ -28,9 +28,14 @@ from logs.output import LogOutput, start_log  # noqa: E402
 from logs.settings import LOG_LEVELS  # noqa: E402
 from runtime.config import Config, convert_setting, format_duration, load_config, parse_duration  # noqa: E402
 from runtime.key_material import shown  # noqa: E402
+from runtime.stop_signals import stopped_by_signals  # noqa: E402
 from runtime.supervision import EXIT_CRASH_LOOP  # noqa: E402
 from runtime.version import sidecar_version  # noqa: E402
 import sidecar.settings  # noqa: E402,F401  (every section registered, before any load_config)
+
+if TYPE_CHECKING:
+    from sidecar.runner import Running
+    from sidecar.summary import RunSummary
 
 #: The shipped configuration, beside run.py in a checkout. An installed package or the binary
 #: has none: it runs on the built-in defaults, which are the same (tests/test_config.py).
@@ -108,8 +113,6 @@ def _run_logged(args: argparse.Namespace, config: Config, clock: RealClock, devn
     from sidecar.runner import build, describe
     from sidecar.summary import RunSummary
 
-    from runtime.memory import freeze_startup_objects
-
     speed = clock.speed
     log = logging.getLogger("leasewarden")
     if devnet_clock is not None:
@@ -124,9 +127,20 @@ def _run_logged(args: argparse.Namespace, config: Config, clock: RealClock, devn
         f"{format_duration(s.check_interval)}, zero-balance grace {format_duration(s.credit_check_zero_grace_period)}; "
         f"clock runs {speed:g}x"
     )
-    done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    # Held until the summary is out: a second Ctrl-C (or a late SIGTERM) while the sidecar stops
+    # must not cut it off, nor turn a crash loop's exit status into an interrupt's.
+    with stopped_by_signals(threading.Event(), put_back=_in_process(args)) as done:
+        return _served(args, running, clock, summary, output, done)
+
+
+def _served(
+    args: argparse.Namespace, running: Running, clock: RealClock, summary: RunSummary, output: LogOutput,
+    done: threading.Event,
+) -> int:
+    """The built sidecar up until ``--duration`` or ``done`` (a stop signal, a crash loop), closed, then its summary."""
+    from runtime.memory import freeze_startup_objects
+
+    log = logging.getLogger("leasewarden")
     # A crash loop (runtime.supervision) stops the run like a SIGTERM, and the exit status says so.
     supervisor = running.supervisor
     if supervisor is not None:
@@ -138,7 +152,7 @@ def _run_logged(args: argparse.Namespace, config: Config, clock: RealClock, devn
         running.sidecar.start()
         if running.world is not None:
             running.world.start()
-        done.wait(_real_seconds(args.duration, speed))
+        done.wait(_real_seconds(args.duration, clock.speed))
     finally:
         watched = len(running.sidecar.scheduler_core.tenants)
         running.close()
@@ -207,17 +221,15 @@ def _devnet_logged(args: argparse.Namespace, config: Config, clock: RealClock, c
     if clock_file is not None:
         print(f'  devnet_clock = "{clock_file}"  # benchmarks and fault runs only: the sidecar runs on this clock')
     print("Ctrl-C stops it.", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        done.wait(_real_seconds(args.duration, config.demo.speed))
-    finally:
-        world.stop()
-        devnet.stop()
-        clock.close()
-        if clock_file is not None:
-            clock_file.unlink(missing_ok=True)
+    with stopped_by_signals(threading.Event(), put_back=_in_process(args)) as done:
+        try:
+            done.wait(_real_seconds(args.duration, config.demo.speed))
+        finally:
+            world.stop()
+            devnet.stop()
+            clock.close()
+            if clock_file is not None:
+                clock_file.unlink(missing_ok=True)
     return 0
 
 
@@ -290,19 +302,31 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; every error is one line on stderr (``runtime.cli``)."""
+    """Run one command; every error is one line on stderr (``runtime.cli``).
+
+    ``argv`` given: called in-process (a test, a bench), which keeps its own state once it returns.
+    """
     from sidecar.errors import OPERATOR_ERRORS
 
     with closed_output_guard():
-        return run_guarded(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)), OPERATOR_ERRORS)
+        return run_guarded(
+            lambda: _dispatch(list(sys.argv[1:] if argv is None else argv), in_process=argv is not None),
+            OPERATOR_ERRORS,
+        )
 
 
-def _dispatch(argv: list[str]) -> int:
+def _in_process(args: argparse.Namespace) -> bool:
+    """Whether the command runs inside a caller (``main(argv)``), not as the program."""
+    return bool(getattr(args, "in_process", True))
+
+
+def _dispatch(argv: list[str], in_process: bool = True) -> int:
     argv = _config_first(argv)
     p = parser()
     commands = p._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     argv = _with_command(argv, commands)
     args = p.parse_args(argv)
+    args.in_process = in_process
     if not getattr(args, "func", None):
         p.print_help()
         return 2
