@@ -562,6 +562,13 @@ def _state_name(value: int) -> str:
     return types_pb2.LeaseState.Name(value)[len("LEASE_STATE_"):]
 
 
+#: The port is the devnet's alone. gRPC sets SO_REUSEPORT on its listening sockets by default, so
+#: a second server given a port another holds would share it without a word, and a client could
+#: reach either one (grpc/grpc#10755: servers on port 0 started and stopped in quick succession,
+#: as a test suite does, cross-talk). Off, such a start fails, naming the port.
+SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
+
+
 class DevnetGrpcServer:
     """The gRPC server in front of a ``DevnetNode``; ``start()`` returns the bound port."""
 
@@ -584,6 +591,7 @@ class DevnetGrpcServer:
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="devnet-grpc"),
             interceptors=[self.faults],
+            options=SERVER_OPTIONS,
         )
         auth_grpc.add_QueryServicer_to_server(_AuthQuery(node), self._server)
         tx_grpc.add_ServiceServicer_to_server(_TxService(node), self._server)
@@ -597,12 +605,18 @@ class DevnetGrpcServer:
 
     def start(self) -> int:
         address = f"{self.host}:{self.port}"
-        if self.tls is None:
-            bound = self._server.add_insecure_port(address)
-        else:
-            bound = self._server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
+        try:
+            if self.tls is None:
+                bound = self._server.add_insecure_port(address)
+            else:
+                bound = self._server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))
+        except RuntimeError:  # grpcio raises where it used to return 0
+            bound = 0
         if bound == 0:
-            raise OSError(f"devnet gRPC server cannot listen on {self.host}:{self.port}")
+            raise OSError(
+                f"devnet gRPC server cannot listen on {self.host}:{self.port}: the port is in use, or the address "
+                "is not this machine's ([devnet] host, grpc_port; grpc_port = 0 takes a free one)"
+            )
         self.port = bound
         self._server.start()
         self._started = True

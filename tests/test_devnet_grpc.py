@@ -209,3 +209,18 @@ def test_start_devnet_serves_the_websocket_and_cleans_up_the_key() -> None:
     finally:
         w.close()
     assert not key_file.exists()
+
+
+def test_a_second_server_on_the_devnets_port_is_refused_not_shared(world: World) -> None:
+    """gRPC's default SO_REUSEPORT would let it bind the same port, and a client reach either server."""
+    from devnet.grpc_server import DevnetGrpcServer
+
+    port = int(world.devnet.grpc_url.rsplit(":", 1)[1])
+    second = DevnetGrpcServer(world.node, host="127.0.0.1", port=port)
+    with pytest.raises(OSError, match=f"devnet gRPC server cannot listen on 127.0.0.1:{port}"):
+        second.start()
+    client = world.client()
+    try:
+        assert client.node_status() is not None  # the devnet's own server still answers
+    finally:
+        client.close()
