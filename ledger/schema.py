@@ -458,7 +458,8 @@ def migrate(
         found = current_version(conn)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a Ctrl-C just after COMMIT has nothing to roll back
+            conn.execute("ROLLBACK")
         raise
     if found > known:
         raise NewerSchemaError(path, found, known)
@@ -501,5 +502,6 @@ def _apply(conn: sqlite3.Connection, pending: list[Migration], path: str, now_te
             )
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a Ctrl-C just after COMMIT has nothing to roll back
+            conn.execute("ROLLBACK")
         raise

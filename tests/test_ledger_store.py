@@ -433,3 +433,35 @@ def test_the_bound_of_a_settlement() -> None:
     assert refusal(31, "umfx", {"umfx": 3}, 0, 10 * s) == ""  # 10 whole seconds, and one more
     assert refusal(34, "umfx", {"umfx": 3}, 0, 10 * s + 500_000) != ""
     assert refusal(1, "upwr", {"umfx": 3}, 0, 10 * s) != "" and refusal(0, "upwr", {"umfx": 3}, 0, 10 * s) == ""
+
+
+class _InterruptedAfterCommit:
+    """A connection whose COMMIT goes through and then the operator's Ctrl-C lands (KeyboardInterrupt)."""
+
+    def __init__(self, conn, commits_before: int) -> None:
+        self._conn, self._left = conn, commits_before
+
+    def execute(self, sql, *args):
+        result = self._conn.execute(sql, *args)
+        if sql == "COMMIT":
+            self._left -= 1
+            if self._left < 0:
+                raise KeyboardInterrupt
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("commits_before", [0, 1])
+def test_a_ctrl_c_just_after_a_migrations_commit_is_the_interrupt_not_a_rollback_error(tmp_path, commits_before) -> None:
+    import sqlite3
+
+    from ledger.schema import migrate
+
+    path = tmp_path / "ledger.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    with pytest.raises(KeyboardInterrupt):  # before: "cannot rollback - no transaction is active"
+        migrate(_InterruptedAfterCommit(conn, commits_before), str(path), lambda: "now")
+    assert not conn.in_transaction
+    assert migrate(conn, str(path), lambda: "now") == SCHEMA_VERSION  # what was committed stands; the rest follows
