@@ -61,7 +61,10 @@ class NodeSettings:
         url=True,
     )
     tls_ca_file: str = setting(
-        "", "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs",
+        "",
+        "PEM file of the CA(s) a grpc+https node's certificate is checked against; empty: the system's CAs; "
+        "relative to the config file's folder",
+        path=True,
         node_file=True,
     )
     websocket_url: str = setting(

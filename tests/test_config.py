@@ -252,3 +252,16 @@ def test_with_no_file_the_built_in_defaults_are_the_shipped_config_toml() -> Non
 def test_the_deployment_example_loads_and_points_at_a_node() -> None:
     c = load_config(ROOT / "deploy" / "config.example.toml")
     assert (c.chain.mode, c.ledger.path, c.log.format) == ("node", "/var/lib/leasewarden/leasewarden.sqlite", "json")
+
+
+def test_a_relative_tls_ca_file_is_found_beside_the_config_file_not_in_the_working_directory(tmp_path, monkeypatch) -> None:
+    """As key_file is: under a service manager the working directory is the service's, not the config's."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "node-ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    (folder / "config.toml").write_text('[node]\ngrpc_url = "grpc+https://node.example:443"\ntls_ca_file = "node-ca.pem"\n')
+    elsewhere = tmp_path / "var"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(folder / "config.toml")
+    assert config.node.tls_ca_file == str(folder / "node-ca.pem")
