@@ -8,9 +8,11 @@ a bench) keeps its own Ctrl-C once they return. Run as the program, the
 command keeps them to the end (``put_back=False``): a stop signal after it
 returned, as the process exits, would otherwise meet Python's default
 handlers and turn its exit status (0, or a crash loop's 3) into an
-interrupt's. Only the main thread may
-install a handler (and only it receives signals): called from another
-thread, the command stops at its duration alone, and installs nothing.
+interrupt's.
+
+Only the main thread may install a handler (and only it receives
+signals): called from another thread, the command stops at its duration
+alone, and installs nothing.
 """
 
 from __future__ import annotations
