@@ -31,8 +31,9 @@ the sidecar's own share of a check cycle <= 0.2 s, its own RSS <= 100 MB; with
 same run's baseline for those ratios: a walk over ten small objects a tenant
 in a heap filled to each row's peak RSS (``memory_walk``, no sidecar code),
 what a visit costs at each size on this machine's caches and memory, in the
-order the objects were made and in a random order: the two bound what the
-memory alone can add to the growth.
+order the objects were made and in a random order: a synthetic baseline, a
+range for what the memory alone can add to the growth, not a bound (the
+random visit moves between runs).
 """
 
 from __future__ import annotations
@@ -394,7 +395,8 @@ def memory_walk(tenants: int, megabytes: float, rounds: int = 3) -> tuple[float,
     No sidecar code: what the machine's caches and memory alone make of a heap that size, for the
     growth rows to be read against. A check cycle visits every tenant's objects, mostly in the order
     they were made (its dicts keep insertion order) and partly not (a tenant's monitor, leases and
-    reads were made at different times): the two orders bound what the memory can cost it.
+    reads were made at different times): the two orders give a range, not a bound, for what the
+    memory can cost it.
     """
     import random
 
