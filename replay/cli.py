@@ -38,7 +38,7 @@ from capture.errors import CaptureError
 from capture.format import FILE_SUFFIX
 from capture.reader import CaptureReader, capture_files
 from replay import describe
-from replay.config import merge_overrides, without_node_files
+from replay.config import merge_overrides, node_files_left_out, without_node_files
 from replay.engine import Divergence, ReplayError, Replayer, RunBegins, RunEnds, Step, is_replayed, replayed_for
 from replay.parallel import PARALLEL_FROM_BYTES, ParallelReplayer, jobs_for
 from runtime.cli import error_line
@@ -270,10 +270,12 @@ def run_replay(
     try:
         overrides = merge_overrides(args.set)
         config = None
+        config_notices: list[str] = []
         if args.with_config:
             if load_config is None:
                 raise ConfigError("--with-config needs a configuration loader")
             config = load_config(args.with_config, without_node_files())  # a replay reaches no node
+            config_notices = node_files_left_out(args.with_config, overrides)
         _check_logs(args.logs)
     except ConfigError as exc:
         stderr.write(error_line(exc) + "\n")
@@ -291,7 +293,7 @@ def run_replay(
         return EXIT_BAD_LOGS
     replayer: Replayer | ParallelReplayer = Replayer(
         build_core, config=config, overrides=overrides, until=args.until, timer_slack=args.timer_slack,
-        replayed=replayed_for(args.tenant) if args.tenant else is_replayed,
+        replayed=replayed_for(args.tenant) if args.tenant else is_replayed, config_notices=config_notices,
     )
     error: str | None = None
     quit_at: int | None = None  # timeline lines shown when the user quit --step
@@ -306,7 +308,7 @@ def run_replay(
         if jobs > 1:
             replayer = ParallelReplayer(
                 args.logs, jobs, build_core, config=config, overrides=overrides, timer_slack=args.timer_slack,
-                skip_bad=args.skip_bad, probed=reader,
+                skip_bad=args.skip_bad, probed=reader, config_notices=tuple(config_notices),
             )
             events = replayer.replay()
             progress = _Progress(stderr, replayer, enabled=True)

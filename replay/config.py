@@ -16,7 +16,8 @@ its clock (settings marked ``node_file``: ``[node] tls_ca_file``,
 ``devnet_clock``) are left out with a notice, so that a production capture
 replays on a machine that has none of them. An override still sets one.
 A configuration given in the capture's place (``--with-config``) is read
-without them too (``without_node_files``).
+without them too (``without_node_files``), with the same notice for each it
+set (``node_files_left_out``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from runtime.config import Config, ConfigError, load_config, quoted_setting, sections
 from runtime.key_material import shown
 
-__all__ = ["replay_config", "without_node_files", "parse_assignment", "merge_overrides"]
+__all__ = ["replay_config", "without_node_files", "node_files_left_out", "parse_assignment", "merge_overrides"]
 
 
 def _plain(value: Any) -> Any:
@@ -89,6 +90,29 @@ def without_node_files() -> dict[str, dict[str, Any]]:
         for name, cls in sections().items()
         if (blank := {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get("node_file")})
     }
+
+
+def node_files_left_out(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The notices for the ``node_file`` settings the configuration file at ``path`` sets and a replay
+    leaves out (``without_node_files``), those ``overrides`` set again excepted: as a captured
+    configuration's are noticed. For a file ``load_config`` has read already: one it cannot read
+    gives none (its error was the loader's to report)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    notices = []
+    for name, blank in sorted(without_node_files().items()):
+        values = raw.get(name)
+        if not isinstance(values, dict):
+            continue
+        for key in sorted(blank):
+            value = values.get(key)
+            if value and key not in (overrides or {}).get(name, {}):
+                notices.append(f"configured setting [{name}] {key} = {quoted_setting(name, key, value)} left out: "
+                               "a replay reaches no node")
+    return notices
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:

@@ -997,7 +997,10 @@ class Replayer(ReplayTotals):
         replayed: Callable[[str], bool] = is_replayed,
         lazy: bool | None = None,
         checks_others: Callable[[str], bool] | None = None,
+        config_notices: Iterable[str] = (),
     ) -> None:
+        """``config_notices``: what the loading of ``config`` left out of it (``replay.config.node_files_left_out``),
+        told with every run's beginning as a captured configuration's notices are."""
         self._build_core = build_core or default_build_core
         #: Read the records' messages only where they are matched or fed (``CaptureReader.batches(lazy=True)``):
         #: by default when only some cores are replayed (``--tenant``), where most records are neither.
@@ -1014,6 +1017,7 @@ class Replayer(ReplayTotals):
         self._anyone: dict[str, bool] = {}
         self._materialize: Callable[[Any, str, int, int], Any] = _decoded_already
         self.config = config
+        self.config_notices = tuple(config_notices)
         self.overrides = overrides or {}
         self.until = until
         self.timer_slack = timer_slack
@@ -1082,7 +1086,8 @@ class Replayer(ReplayTotals):
                 config, notices = replay_config(effective_config(given), self.overrides, source=given.source,
                                                 origin="configured")
                 config = replace(config, source=given.source)  # rebuilt from its values: still that file's
-            notices.insert(0, f"replaying with the configuration from {config.source}, not the captured one")
+            notices[:0] = (f"replaying with the configuration from {config.source}, not the captured one",
+                           *self.config_notices)
         elif start is not None:
             config, notices = replay_config(start.config, self.overrides, source=entry.where())
         else:

@@ -198,6 +198,7 @@ class ParallelReplayer(ReplayTotals):
         timer_slack: timedelta | None = None,
         skip_bad: bool = False,
         probed: CaptureReader | None = None,
+        config_notices: tuple[str, ...] = (),
     ) -> None:
         """``probed``: a reader of the same ``paths`` the caller has opened already (its files'
         headers checked, their sizes known) and not read: the parent then opens none of its own."""
@@ -209,6 +210,7 @@ class ParallelReplayer(ReplayTotals):
         self.jobs = jobs
         self._build_core = build_core
         self._config = config
+        self._config_notices = config_notices
         self._overrides = overrides
         self._timer_slack = timer_slack
         self.skip_bad = skip_bad
@@ -252,7 +254,8 @@ class ParallelReplayer(ReplayTotals):
             lazy = not self.skip_bad
             replayer = Replayer(
                 self._build_core, config=self._config, overrides=self._overrides, timer_slack=self._timer_slack,
-                replayed=_owned_by(k, self.jobs), lazy=lazy, checks_others=is_replayed if lazy and k == 0 else None,
+                config_notices=self._config_notices, replayed=_owned_by(k, self.jobs), lazy=lazy,
+                checks_others=is_replayed if lazy and k == 0 else None,
             )
             ending: list[Any] = []  # a run's divergences, sent with its end as one item
             last: tuple[int, int] | None = None
@@ -301,7 +304,7 @@ class ParallelReplayer(ReplayTotals):
 
     def _serial(self, skip: int) -> Iterator[Any]:
         replayer = self._serial_replayer = Replayer(self._build_core, config=self._config, overrides=self._overrides,
-                                                    timer_slack=self._timer_slack)
+                                                    timer_slack=self._timer_slack, config_notices=self._config_notices)
         reader = self._fallback = CaptureReader(self.paths, skip_bad=self.skip_bad, file_parts=True)
         try:
             for event in itertools.islice(replayer.replay(reader), skip, None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.config import replay_config
+from replay.config import node_files_left_out, replay_config
 from runtime.config import ConfigError
 import sidecar.settings  # noqa: F401  (every section registered)
 
@@ -40,3 +40,18 @@ def test_values_from_an_operators_config_are_named_so_in_the_notices() -> None:
     _, notices = replay_config({"node": dict(CAPTURED_NODE)}, {"scheduler": {"dry_run": True}}, origin="configured")
     assert any(n.startswith("configured setting [node] tls_ca_file = ") for n in notices)
     assert not any(n.startswith("captured") for n in notices)
+
+
+def test_a_config_files_node_files_get_the_captured_ones_notice_unless_set_again(tmp_path) -> None:
+    """--with-config: the file's CA file and clock file are left out (``without_node_files``), and said so."""
+    prod = tmp_path / "prod.toml"
+    prod.write_text("[node]\n" + "".join(f"{k} = {v!r}\n" for k, v in CAPTURED_NODE.items()).replace("'", '"'))
+    _, captured = replay_config({"node": dict(CAPTURED_NODE)}, origin="configured")
+    assert node_files_left_out(str(prod)) == [n for n in captured if "a replay reaches no node" in n]
+    assert len(node_files_left_out(str(prod))) == 2
+    again = node_files_left_out(str(prod), {"node": {"tls_ca_file": "/etc/ssl/ca.pem"}})
+    assert len(again) == 1 and "devnet_clock" in again[0]
+    prod.write_text('[node]\ntls_ca_file = ""\n')
+    assert node_files_left_out(str(prod)) == []
+    prod.write_text("[node\n")  # not TOML: the loader, which reads it first, reports that
+    assert node_files_left_out(str(prod)) == []

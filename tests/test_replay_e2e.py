@@ -235,8 +235,12 @@ def test_a_production_config_given_in_the_captures_place_replays_without_its_ca_
                                   set=extra, with_config=str(prod), timer_slack=None)
         status = run_replay(args, load_config, stdout=out, stderr=err, build_core=build_core)
         assert status in (0, 1), err.getvalue()  # replayed (the file's other settings may decide otherwise)
-        assert "tls_ca_file" not in err.getvalue() + out.getvalue()
+        assert err.getvalue() == ""
         assert f"replaying with the configuration from {prod}" in out.getvalue()
+        # Left out as a captured CA file is, and told so once a run, as a capture's is.
+        notice = ("configured setting [node] tls_ca_file = '/etc/leasewarden/no-such-ca.pem' left out: "
+                  "a replay reaches no node")
+        assert out.getvalue().count(notice) == out.getvalue().count(f"replaying with the configuration from {prod}")
     # A --set of the CA file is still applied, and still checked: the error names the file it is set on.
     out, err = io.StringIO(), io.StringIO()
     args = argparse.Namespace(logs=list(paths), until=None, tenant=None, step=False, json=False, skip_bad=False,
