@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import collections
 import random
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -569,6 +570,27 @@ def _state_name(value: int) -> str:
 SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
 
 
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be listened on now, as gRPC binds it (SO_REUSEADDR, not SO_REUSEPORT).
+
+    Asked before gRPC is, so that a port in use is reported in the devnet's own words alone: gRPC
+    prints its own error line to the terminal first (``add_port.cc``), which only an environment
+    variable read at its import could silence. gRPC still has the last word (a port taken between
+    the two is refused by it, with that line)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, kind, proto, _, where in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(where)
+            except OSError:
+                return False
+    return True
+
+
 class DevnetGrpcServer:
     """The gRPC server in front of a ``DevnetNode``; ``start()`` returns the bound port."""
 
@@ -606,7 +628,9 @@ class DevnetGrpcServer:
     def start(self) -> int:
         address = f"{self.host}:{self.port}"
         try:
-            if self.tls is None:
+            if self.port and not _port_is_free(self.host, self.port):
+                bound = 0  # in use (port 0 takes a free one: nothing to ask)
+            elif self.tls is None:
                 bound = self._server.add_insecure_port(address)
             else:
                 bound = self._server.add_secure_port(address, grpc.ssl_server_credentials([self.tls]))

@@ -211,14 +211,16 @@ def test_start_devnet_serves_the_websocket_and_cleans_up_the_key() -> None:
     assert not key_file.exists()
 
 
-def test_a_second_server_on_the_devnets_port_is_refused_not_shared(world: World) -> None:
+def test_a_second_server_on_the_devnets_port_is_refused_not_shared(world: World, capfd) -> None:
     """gRPC's default SO_REUSEPORT would let it bind the same port, and a client reach either server."""
     from devnet.grpc_server import DevnetGrpcServer
 
     port = int(world.devnet.grpc_url.rsplit(":", 1)[1])
     second = DevnetGrpcServer(world.node, host="127.0.0.1", port=port)
+    capfd.readouterr()
     with pytest.raises(OSError, match=f"devnet gRPC server cannot listen on 127.0.0.1:{port}"):
         second.start()
+    assert "add_port" not in capfd.readouterr().err  # the devnet's error alone, not gRPC's line before it
     client = world.client()
     try:
         assert client.node_status() is not None  # the devnet's own server still answers
