@@ -60,6 +60,7 @@ are stale-read too: a node that lags does for every query.
 from __future__ import annotations
 
 import collections
+import errno
 import random
 import socket
 import threading
@@ -570,15 +571,19 @@ def _state_name(value: int) -> str:
 SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
 
 
-def _port_is_free(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be listened on now, as gRPC binds it (SO_REUSEADDR, not SO_REUSEPORT).
+def _port_in_use(host: str, port: int) -> bool:
+    """Whether another socket holds ``host:port`` on one of the addresses ``host`` names, as gRPC would
+    bind it (SO_REUSEADDR, not SO_REUSEPORT).
 
     Asked before gRPC is, so that a port in use is reported in the devnet's own words alone: gRPC
     prints its own error line to the terminal first (``add_port.cc``), which only an environment
-    variable read at its import could silence. gRPC still has the last word (a port taken between
-    the two is refused by it, with that line)."""
+    variable read at its import could silence. Only "in use" is answered here; a host that does not
+    resolve, or an address this machine cannot bind (``::1`` with IPv6 off), is gRPC's to judge, as
+    before. gRPC still has the last word (a port taken between the two is refused by it, with that
+    line)."""
+    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # gRPC's "[::1]"
     try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        addresses = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError):
         return False
     for family, kind, proto, _, where in addresses:
@@ -586,9 +591,10 @@ def _port_is_free(host: str, port: int) -> bool:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(where)
-            except OSError:
-                return False
-    return True
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 class DevnetGrpcServer:
@@ -628,7 +634,7 @@ class DevnetGrpcServer:
     def start(self) -> int:
         address = f"{self.host}:{self.port}"
         try:
-            if self.port and not _port_is_free(self.host, self.port):
+            if self.port and _port_in_use(self.host, self.port):
                 bound = 0  # in use (port 0 takes a free one: nothing to ask)
             elif self.tls is None:
                 bound = self._server.add_insecure_port(address)

@@ -211,6 +211,28 @@ def test_start_devnet_serves_the_websocket_and_cleans_up_the_key() -> None:
     assert not key_file.exists()
 
 
+def test_the_port_check_refuses_only_a_port_in_use() -> None:
+    """A bracketed IPv6 host (gRPC's form) with a free port is not taken as in use; one held is."""
+    import socket
+
+    from devnet.grpc_server import _port_in_use
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        held = socket.socket(socket.AF_INET6)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("::1", 0))
+    except OSError:
+        pytest.skip("::1 cannot be bound here")
+    with held:
+        port = held.getsockname()[1]
+        held.listen()
+        assert _port_in_use("[::1]", port)
+        assert not _port_in_use("no-such-host.invalid", port)  # gRPC's to judge
+    assert not _port_in_use("[::1]", port)
+
+
 def test_a_second_server_on_the_devnets_port_is_refused_not_shared(world: World, capfd) -> None:
     """gRPC's default SO_REUSEPORT would let it bind the same port, and a client reach either server."""
     from devnet.grpc_server import DevnetGrpcServer
