@@ -26,7 +26,7 @@ import dataclasses
 import tomllib
 from typing import Any
 
-from runtime.config import Config, ConfigError, load_config, quoted_setting, sections
+from runtime.config import Config, ConfigError, load_config, quoted_setting, resolved_path, sections
 from runtime.key_material import shown
 
 __all__ = ["replay_config", "without_node_files", "node_files_left_out", "parse_assignment", "merge_overrides"]
@@ -107,9 +107,12 @@ def node_files_left_out(path: str, overrides: dict[str, dict[str, Any]] | None =
         values = raw.get(name)
         if not isinstance(values, dict):
             continue
+        fields = {f.name: f for f in dataclasses.fields(sections()[name])}
         for key in sorted(blank):
             value = values.get(key)
             if value and key not in (overrides or {}).get(name, {}):
+                if fields[key].metadata.get("path") and isinstance(value, str):
+                    value = resolved_path(value, path)  # as the capture holds it: resolved where it was read
                 notices.append(f"configured setting [{name}] {key} = {quoted_setting(name, key, value)} left out: "
                                "a replay reaches no node")
     return notices

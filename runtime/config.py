@@ -281,6 +281,11 @@ def _resolved(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else base / path)
 
 
+def resolved_path(value: str, source: str) -> str:
+    """A path setting's ``value`` as read from ``source`` (a file's name): against that file's folder."""
+    return _resolved(value, _base_folder(source))
+
+
 def build_section(cls: type[T], raw: dict[str, Any], source: str) -> T:
     name = cls.SECTION  # type: ignore[attr-defined]
     hints = _hints(cls)

@@ -51,6 +51,10 @@ def test_a_config_files_node_files_get_the_captured_ones_notice_unless_set_again
     assert len(node_files_left_out(str(prod))) == 2
     again = node_files_left_out(str(prod), {"node": {"tls_ca_file": "/etc/ssl/ca.pem"}})
     assert len(again) == 1 and "devnet_clock" in again[0]
+    prod.write_text('[node]\ntls_ca_file = "certs/ca.pem"\n')  # relative: told as resolved, as a capture holds it
+    assert node_files_left_out(str(prod)) == [
+        f"configured setting [node] tls_ca_file = '{tmp_path.resolve() / 'certs' / 'ca.pem'}' left out: "
+        "a replay reaches no node"]
     prod.write_text('[node]\ntls_ca_file = ""\n')
     assert node_files_left_out(str(prod)) == []
     prod.write_text("[node\n")  # not TOML: the loader, which reads it first, reports that
