@@ -270,12 +270,12 @@ def run_replay(
     try:
         overrides = merge_overrides(args.set)
         config = None
-        config_notices: list[str] = []
+        config_notices: tuple[str, ...] = ()
         if args.with_config:
             if load_config is None:
                 raise ConfigError("--with-config needs a configuration loader")
             config = load_config(args.with_config, without_node_files())  # a replay reaches no node
-            config_notices = node_files_left_out(args.with_config, overrides)
+            config_notices = tuple(node_files_left_out(args.with_config, overrides))
         _check_logs(args.logs)
     except ConfigError as exc:
         stderr.write(error_line(exc) + "\n")
@@ -308,7 +308,7 @@ def run_replay(
         if jobs > 1:
             replayer = ParallelReplayer(
                 args.logs, jobs, build_core, config=config, overrides=overrides, timer_slack=args.timer_slack,
-                skip_bad=args.skip_bad, probed=reader, config_notices=tuple(config_notices),
+                skip_bad=args.skip_bad, probed=reader, config_notices=config_notices,
             )
             events = replayer.replay()
             progress = _Progress(stderr, replayer, enabled=True)

@@ -103,18 +103,19 @@ def node_files_left_out(path: str, overrides: dict[str, dict[str, Any]] | None =
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
     notices = []
-    for name, blank in sorted(without_node_files().items()):
+    for name, cls in sorted(sections().items()):
         values = raw.get(name)
         if not isinstance(values, dict):
             continue
-        fields = {f.name: f for f in dataclasses.fields(sections()[name])}
-        for key in sorted(blank):
-            value = values.get(key)
-            if value and key not in (overrides or {}).get(name, {}):
-                if fields[key].metadata.get("path") and isinstance(value, str):
-                    value = resolved_path(value, path)  # as the capture holds it: resolved where it was read
-                notices.append(f"configured setting [{name}] {key} = {quoted_setting(name, key, value)} left out: "
-                               "a replay reaches no node")
+        again = (overrides or {}).get(name, {})
+        for f in sorted(dataclasses.fields(cls), key=lambda f: f.name):
+            value = values.get(f.name)
+            if not f.metadata.get("node_file") or not value or f.name in again:
+                continue
+            if f.metadata.get("path") and isinstance(value, str):
+                value = resolved_path(value, path)  # as the capture holds it: resolved where it was read
+            notices.append(f"configured setting [{name}] {f.name} = {quoted_setting(name, f.name, value)} left out: "
+                           "a replay reaches no node")
     return notices
 
 
