@@ -12,7 +12,12 @@ since a time, with a line saying why:
 - ``ledger`` (when the sidecar keeps books): writable, from its last
   ``LedgerWriteFailed`` to the ``LedgerWritesResumed`` after it;
 - ``key`` (when the sidecar signs): loaded at start; a key that cannot be
-  loaded stops the sidecar before it starts, so while it runs it is ready.
+  loaded stops the sidecar before it starts, so while it runs it is ready;
+- ``tx index`` (when the sidecar signs or keeps books): the node keeps a tx
+  index, asked with each status check. Without one no tx of ours is seen
+  included, so the sidecar still withdraws and closes, but what those txs
+  did never reaches the books (each is logged as of unknown outcome). A
+  status answer that could not say leaves the part as it was.
 
 Until the first answer the chain and the node are "not checked yet". The
 first answer, and every change after, gets a decision line (a node
@@ -27,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from actors.effects import Effect, Note, Send
+from chain.errors import NO_TX_INDEX_HARM
 from messages.chain_actor import NodeStatusAnswered, NodeStatusCall
 from messages.health import (
     BooksTicked,
@@ -38,7 +44,10 @@ from messages.health import (
 )
 from runtime.router import CHAIN_IO, HEALTH
 
-__all__ = ["Readiness", "Part", "ReadinessReport"]
+__all__ = ["Readiness", "Part", "ReadinessReport", "TX_INDEX"]
+
+#: The readiness part that says whether the node keeps a tx index.
+TX_INDEX = "tx index"
 
 
 def _when(t: datetime) -> str:
@@ -93,9 +102,11 @@ class Readiness:
             parts.append(Part("ledger", True, None, "writable"))
         if signer:
             parts.append(Part("key", True, None, f"loaded: signing as {signer}"))
+        if signer or ledger:
+            parts.append(Part(TX_INDEX, False, None, "not checked yet"))
         self.parts: dict[str, Part] = {p.name: p for p in parts}
         #: parts not heard of yet: their first state is told, whatever it is
-        self._unchecked = {"chain", "node"}
+        self._unchecked = {"chain", "node", TX_INDEX}
         self.started: datetime | None = None
         self.checks = 0
         #: the status check not answered yet, if any
@@ -136,7 +147,7 @@ class Readiness:
         if self.in_flight is None:
             self.checks += 1
             self.in_flight = self.checks
-            out.append(Send(CHAIN_IO, NodeStatusCall(self.checks, reply_to=HEALTH)))
+            out.append(Send(CHAIN_IO, NodeStatusCall(self.checks, reply_to=HEALTH, tx_index=TX_INDEX in self.parts)))
         return out
 
     def _answered(self, m: NodeStatusAnswered, now: datetime) -> list[Effect]:
@@ -151,12 +162,19 @@ class Readiness:
         out = self._set("chain", True, f"the node answers (height {status.latest_block_height})", now)
         lag = now - status.latest_block_time
         if status.catching_up:
-            return out + self._set("node", False, f"catching up (height {status.latest_block_height})", now)
-        if lag > self.max_node_lag:
-            return out + self._set(
+            out += self._set("node", False, f"catching up (height {status.latest_block_height})", now)
+        elif lag > self.max_node_lag:
+            out += self._set(
                 "node", False, f"its latest block ({_when(status.latest_block_time)}) is {lag.total_seconds():.0f}s old", now
             )
-        return out + self._set("node", True, f"synced (height {status.latest_block_height})", now)
+        else:
+            out += self._set("node", True, f"synced (height {status.latest_block_height})", now)
+        if m.tx_index is True:
+            out += self._set(TX_INDEX, True, "the node keeps a tx index", now)
+        elif m.tx_index is False:
+            out += self._set(TX_INDEX, False, f"the node keeps no tx index: {NO_TX_INDEX_HARM}", now)
+        # (None: not asked, or the node could not say: the part stays as it was)
+        return out
 
     def _set(self, name: str, ready: bool, detail: str, now: datetime) -> list[Effect]:
         part = self.parts.get(name)
@@ -174,6 +192,6 @@ class Readiness:
             return []  # the listener and the ledger writer log their own troubles
         state = "ready" if ready else "not ready"
         return [Note(
-            f"readiness: {name} {state}: {detail}", event=f"{name}_{'ready' if ready else 'not_ready'}",
+            f"readiness: {name} {state}: {detail}", event=f"{name.replace(' ', '_')}_{'ready' if ready else 'not_ready'}",
             fields=(("part", name), ("ready", ready), ("detail", detail)), level="info" if ready else "warning",
         )]

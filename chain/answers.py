@@ -231,6 +231,10 @@ def _provider_withdrawable(value: Any) -> str:
     return "" if value is None else _coins("the amounts due", value)
 
 
+def _yes_or_no(value: Any) -> str:
+    return "" if isinstance(value, bool) else f"a {type(value).__name__}, not yes or no"
+
+
 #: Per client call: the check of its answer, and whether "no answer" (None) is an answer.
 _CHECKS: dict[str, tuple[Callable[[Any], str], bool]] = {
     "provider_withdrawable": (_provider_withdrawable, True),  # None: the node cannot tell
@@ -250,6 +254,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], str], bool]] = {
     "credit_account": (_credit_account, False),
     "node_status": (_node_status, False),
     "block_time": (_time, False),
+    "keeps_tx_index": (_yes_or_no, False),
 }
 
 

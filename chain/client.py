@@ -161,6 +161,13 @@ class ChainClient(Protocol):
 
     def node_status(self) -> NodeStatus: ...
 
+    def keeps_tx_index(self) -> bool:
+        """Whether the node keeps a tx index: without one no tx of ours can be seen included or looked up.
+
+        Raises ``ChainError`` when the node cannot say (unreachable).
+        """
+        ...
+
     def block_time(self, height: int) -> datetime:
         """When the block at ``height`` was made (its header's time)."""
         ...

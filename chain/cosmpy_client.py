@@ -272,6 +272,28 @@ def _no_tx_index(operation: str, exc: grpc.RpcError, consequence: str) -> ChainE
     )
 
 
+#: A hash no tx has: what ``keeps_tx_index`` asks ``GetTx`` for. A node with an
+#: index answers NOT_FOUND; one without answers "transaction indexing is disabled".
+UNUSED_TX_HASH = "00" * 32
+
+
+def tx_index_kept(stub: Any, timeout: float) -> bool:
+    """Whether the node behind ``stub`` (a ``cosmos.tx.v1beta1.Service`` stub) keeps a tx index.
+
+    Raises ``grpc.RpcError`` when its answer says neither (unreachable, a
+    proxy that refuses the method): that is not a node without an index.
+    """
+    try:
+        stub.GetTx(tx_service.GetTxRequest(hash=UNUSED_TX_HASH), timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return True
+        if _no_tx_index("keeps_tx_index", exc, "") is not None:
+            return False
+        raise
+    return True  # found: a tx of that hash is indexed
+
+
 class SimulationBreaker:
     """Opens after ``threshold`` Simulate failures in a row: Simulate is then skipped for ``cooldown`` seconds.
 
@@ -674,6 +696,13 @@ class CosmpyChainClient:
             latest_block_time=time_from_proto(header.time),
             catching_up=syncing.syncing,
         )
+
+    def keeps_tx_index(self) -> bool:
+        """Whether the node keeps a tx index (``GetTx`` of a hash no tx has: NOT_FOUND, or "indexing is disabled")."""
+        try:
+            return tx_index_kept(self._txs, self.query_timeout)
+        except grpc.RpcError as exc:
+            raise rpc_error("keeps_tx_index", exc) from None
 
     def block_time(self, height: int) -> datetime:
         """The time of the block at ``height`` (``GetBlockByHeight``'s header)."""

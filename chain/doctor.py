@@ -45,8 +45,8 @@ import cosmpy.protos  # noqa: F401  (puts cosmpy's generated packages on sys.pat
 from chain.billing_pb import query_pb2 as billing_query, query_pb2_grpc as billing_grpc, tx_pb2 as billing_tx
 from chain.billing_pb import types_pb2 as billing_types
 from chain.billing_codec import time_from_proto
-from chain.cosmpy_client import BLOCK_HEIGHT_HEADER, block_height_header
-from chain.errors import BILLING, ChainError
+from chain.cosmpy_client import BLOCK_HEIGHT_HEADER, block_height_header, tx_index_kept
+from chain.errors import BILLING, NO_TX_INDEX_HARM, ChainError
 from chain.keys import KeyLoadError, ProviderKey, load_provider_key
 from chain.sku_pb import query_pb2 as sku_query, query_pb2_grpc as sku_grpc
 from chain.ws_events import MalformedFrame, Reply, decode_frame
@@ -56,7 +56,7 @@ from cosmpy.protos.cosmos.auth.v1beta1 import query_pb2 as auth_query, query_pb2
 from cosmpy.protos.cosmos.base.query.v1beta1 import pagination_pb2
 from cosmpy.protos.cosmos.base.node.v1beta1 import query_pb2 as node_query, query_pb2_grpc as node_grpc
 from cosmpy.protos.cosmos.base.tendermint.v1beta1 import query_pb2 as tm_query, query_pb2_grpc as tm_grpc
-from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2 as tx_service, service_pb2_grpc as tx_grpc
+from cosmpy.protos.cosmos.tx.v1beta1 import service_pb2_grpc as tx_grpc
 from runtime.urls import shown_url
 
 __all__ = ["Check", "NodeDoctor", "min_gas_prices"]
@@ -190,18 +190,14 @@ class NodeDoctor:
 
     def _tx_index(self, channel: grpc.Channel, checks: list[Check]) -> None:
         try:
-            tx_grpc.ServiceStub(channel).GetTx(tx_service.GetTxRequest(hash="00" * 32), timeout=self.timeout)
+            kept = tx_index_kept(tx_grpc.ServiceStub(channel), self.timeout)
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
-            elif "indexing is disabled" in (exc.details() or ""):
-                checks.append(Check("tx index", False, "the node keeps no tx index (\"transaction indexing is disabled\"): "
-                                    "the sidecar could not read what its txs did; set [tx_index] indexer = \"kv\" "
-                                    "in the node's config.toml"))
-            else:
-                checks.append(Check("tx index", False, f"a tx could not be looked up ({_status_detail(exc)})"))
+            checks.append(Check("tx index", False, f"a tx could not be looked up ({_status_detail(exc)})"))
             return
-        checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
+        if kept:
+            checks.append(Check("tx index", True, "the node keeps a tx index (a tx is looked up by its hash)"))
+        else:
+            checks.append(Check("tx index", False, f"the node keeps no tx index (\"transaction indexing is disabled\"): {NO_TX_INDEX_HARM}"))
 
     def _read_heights(self, channel: grpc.Channel, checks: list[Check]) -> None:
         request = billing_query.QueryLeasesByProviderRequest(

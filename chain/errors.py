@@ -103,6 +103,11 @@ SDK_SEQUENCE_MISMATCH = 32
 #: disabled"). Not transient: asking again gets the same answer.
 TX_INDEX = "tx_index"
 NO_TX_INDEX = 1
+#: What a node without a tx index costs the sidecar, and the fix (``run.py doctor``, the readiness check).
+NO_TX_INDEX_HARM = (
+    "the sidecar cannot see its withdraw and close txs included, so what they withdrew and settled is missing "
+    "from the books; set [tx_index] indexer = \"kv\" in the node's config.toml"
+)
 
 # This client's refusals (codespace "client").
 #: The simulated gas x gas_adjustment is over [node] max_gas_limit: such a tx
@@ -285,4 +290,4 @@ def is_no_tx_index(failure: ChainFailure) -> bool:
     return failure.codespace == TX_INDEX and failure.code == NO_TX_INDEX
 
 
-__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused", "TX_INDEX", "NO_TX_INDEX", "is_no_tx_index"]
+__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused", "TX_INDEX", "NO_TX_INDEX", "NO_TX_INDEX_HARM", "is_no_tx_index"]

@@ -374,6 +374,10 @@ class ModelChainClient:
 
         return self._call("node_status", "", status)
 
+    def keeps_tx_index(self) -> bool:
+        """The node's indexer as ``[devnet] tx_index`` names it: any but ``null`` keeps txs by hash."""
+        return self._call("keeps_tx_index", "", lambda: self.tx_index_mode != "null")
+
     def block_time(self, height: int) -> datetime:
         """As ``node_status`` has it, the latest height is now; an earlier one is when its first tx was seen."""
 

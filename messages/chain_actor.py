@@ -254,6 +254,8 @@ class NodeStatusCall(Message, tag="node_status_call"):
     reply_to: str = "chain"
     #: heights whose block times are wanted too (the reads a closure round is about to act on)
     heights: tuple[int, ...] = ()
+    #: also ask whether the node keeps a tx index (``health``'s checks)
+    tx_index: bool = False
 
 
 class NodeStatusAnswered(Message, tag="node_status_answered"):
@@ -262,6 +264,8 @@ class NodeStatusAnswered(Message, tag="node_status_answered"):
     error: ChainFailure | None = None
     #: (height, its block's time) for the heights asked about that the node could tell
     block_times: tuple[tuple[int, datetime], ...] = ()
+    #: the node keeps a tx index (None: not asked, or the node could not say)
+    tx_index: bool | None = None
 
 
 class CloseBatchCall(Message, tag="close_batch_call"):

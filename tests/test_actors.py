@@ -43,7 +43,7 @@ from messages.scheduler import (
 )
 from runtime.clock import ManualClock, utc
 from runtime.dispatch import ManualDispatcher
-from runtime.router import CHAIN, CHAIN_IO, LEDGER, SCHEDULER, Router, tenant_address
+from runtime.router import CHAIN, CHAIN_IO, HEALTH, LEDGER, SCHEDULER, Router, tenant_address
 from tests.support import PROVIDER, PROVIDER_ADDRESS, addr, chain_model, item, probe, settings
 
 T0 = utc(2026, 3, 1)
@@ -142,6 +142,25 @@ def test_chain_io_answers_each_call_to_the_right_actor() -> None:
     io.tell(CreditCall(5, T1))
     d.run_until_idle()
     assert isinstance(tenant.received[-1], CreditReadFailed) and tenant.received[-1].error.transient
+
+
+def test_chain_io_says_whether_the_node_keeps_a_tx_index_only_when_asked() -> None:
+    clock, d, router = setup()
+    client = ModelChainClient(chain_model(clock), PROVIDER, PROVIDER_ADDRESS)
+    health = probe(router, d, HEALTH)
+    io = start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
+    io.tell(NodeStatusCall(1, reply_to=HEALTH, tx_index=True))
+    io.tell(NodeStatusCall(2, reply_to=HEALTH))
+    d.run_until_idle()
+    client.tx_index_mode = "null"
+    io.tell(NodeStatusCall(3, reply_to=HEALTH, tx_index=True))
+    d.run_until_idle()
+    client.faults.fail("keeps_tx_index")
+    io.tell(NodeStatusCall(4, reply_to=HEALTH, tx_index=True))
+    d.run_until_idle()
+    answers = {m.round: m for m in health.received}
+    assert answers[1].tx_index is True and answers[2].tx_index is None and answers[3].tx_index is False
+    assert answers[4].tx_index is None and answers[4].status is not None  # the probe failed: not known, the status stands
 
 
 def test_scheduler_actor_spawns_monitors_and_sets_its_wake_timer() -> None:

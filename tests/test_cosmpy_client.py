@@ -1025,6 +1025,15 @@ def test_a_lookup_that_failed_at_the_node_is_asked_again_not_closed(world: World
     assert again and client.withdraw_outcome(tx_hash, PROVIDER) is not None  # the next lookup finds it
 
 
+def test_the_client_tells_a_node_that_keeps_a_tx_index_from_one_that_keeps_none(world: World) -> None:
+    client = world.client()
+    assert client.keeps_tx_index() is True
+    world.node.set_tx_index("hash_only")  # txs by hash, events not searchable: a tx is still seen included
+    assert client.keeps_tx_index() is True
+    world.node.set_tx_index("null")
+    assert client.keeps_tx_index() is False
+
+
 def test_a_node_that_keeps_no_tx_index_is_heard_at_once_and_its_lookups_end_keeping_the_record(world: World) -> None:
     """GetTx answers "transaction indexing is disabled": not a hiccup to wait out for tx_timeout, nor ask about for ever."""
     import time as wall

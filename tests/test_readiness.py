@@ -22,13 +22,13 @@ def core(**parts: bool) -> Readiness:
 
 
 def synced(at, height: int = 7) -> NodeStatusAnswered:  # type: ignore[no-untyped-def]
-    return NodeStatusAnswered(1, NodeStatus(height, at, False))
+    return NodeStatusAnswered(1, NodeStatus(height, at, False), tx_index=True)
 
 
 def test_nothing_is_ready_before_the_node_answered_and_the_websocket_subscribed() -> None:
     r = core()
     out = r.handle(HealthCheckDue(), T0)
-    assert Send(CHAIN_IO, NodeStatusCall(1, reply_to=HEALTH)) in out
+    assert Send(CHAIN_IO, NodeStatusCall(1, reply_to=HEALTH, tx_index=True)) in out
     assert Send(HEALTH, HealthCheckDue(), at=T0 + 30 * S) in out
     report = r.report(T0 + S)
     assert not report.ready
@@ -39,6 +39,7 @@ def test_nothing_is_ready_before_the_node_answered_and_the_websocket_subscribed(
         "websocket: NOT READY since 2026-03-01 00:00:00 UTC: not subscribed yet",
         "ledger: ready since 2026-03-01 00:00:00 UTC: writable",
         "key: ready since 2026-03-01 00:00:00 UTC: loaded: signing as manifest1signer",
+        "tx index: NOT READY since 2026-03-01 00:00:00 UTC: not checked yet",
     ]
     r.handle(synced(T0), T0 + S)
     r.handle(WebsocketSubscribed("ws://node/websocket", 5), T0 + 2 * S)
@@ -55,11 +56,12 @@ def test_an_unreachable_node_then_a_lagging_one_is_not_ready_with_the_reason_and
     assert parts["chain"].detail == "the node does not answer: UNAVAILABLE: connection refused"
     assert parts["chain"].since is None  # not ready since the start
     asks = r.handle(HealthCheckDue(), T0 + 30 * S)
-    assert Send(CHAIN_IO, NodeStatusCall(2, reply_to=HEALTH)) in asks
+    assert Send(CHAIN_IO, NodeStatusCall(2, reply_to=HEALTH, tx_index=True)) in asks
     # a check is in flight until it is answered: the next timer does not ask again
     assert not [e for e in r.handle(HealthCheckDue(), T0 + 60 * S) if isinstance(e, Send) and e.to == CHAIN_IO]
-    out = r.handle(NodeStatusAnswered(2, NodeStatus(9, T0 + 55 * S, False)), T0 + 61 * S)
-    assert r.report(T0 + 33 * S).ready and {n.event for n in out if isinstance(n, Note)} == {"chain_ready", "node_ready"}
+    out = r.handle(NodeStatusAnswered(2, NodeStatus(9, T0 + 55 * S, False), tx_index=True), T0 + 61 * S)
+    assert r.report(T0 + 33 * S).ready
+    assert {n.event for n in out if isinstance(n, Note)} == {"chain_ready", "node_ready", "tx_index_ready"}
     r.handle(HealthCheckDue(), T0 + 90 * S)
     out = r.handle(NodeStatusAnswered(3, NodeStatus(9, T0 + 55 * S, False)), T0 + 5 * 60 * S)  # no block since
     node = {p.name: p for p in r.report(T0 + 5 * 60 * S).parts}["node"]
@@ -83,3 +85,32 @@ def test_the_websocket_and_the_ledger_come_and_go_with_their_messages() -> None:
     r.handle(WebsocketSubscribed("ws://n", 5), T0 + 30 * S)
     r.handle(LedgerWritesResumed(12), T0 + 31 * S)
     assert r.report(T0 + 32 * S).ready
+
+
+def test_a_node_without_a_tx_index_is_not_ready_saying_what_the_books_lack_until_it_keeps_one() -> None:
+    """Without a tx index no withdraw or close of ours is seen included: the books would lack them all, quietly."""
+    r = core(websocket=False)
+    r.handle(HealthCheckDue(), T0)
+    out = r.handle(NodeStatusAnswered(1, NodeStatus(7, T0, False), tx_index=False), T0 + S)
+    told = {n.event: n for n in out if isinstance(n, Note)}
+    assert told["tx_index_not_ready"].level == "warning"
+    assert "keeps no tx index" in told["tx_index_not_ready"].text and 'indexer = "kv"' in told["tx_index_not_ready"].text
+    report = r.report(T0 + 2 * S)
+    assert not report.ready and [p.name for p in report.parts if not p.ready] == ["tx index"]
+    # an answer that could not say (the probe failed) changes nothing, and tells nothing
+    r.handle(HealthCheckDue(), T0 + 30 * S)
+    out = r.handle(NodeStatusAnswered(2, NodeStatus(8, T0 + 30 * S, False), tx_index=None), T0 + 31 * S)
+    assert not [n for n in out if isinstance(n, Note)]
+    assert not r.report(T0 + 32 * S).ready
+    # the node's indexer turned on: ready, and told once
+    r.handle(HealthCheckDue(), T0 + 60 * S)
+    out = r.handle(NodeStatusAnswered(3, NodeStatus(9, T0 + 60 * S, False), tx_index=True), T0 + 61 * S)
+    assert [n.event for n in out if isinstance(n, Note)] == ["tx_index_ready"]
+    assert r.report(T0 + 62 * S).ready
+
+
+def test_a_sidecar_that_neither_signs_nor_keeps_books_does_not_ask_about_the_tx_index() -> None:
+    r = Readiness(timedelta(seconds=30), timedelta(minutes=2), websocket=False, ledger=False)
+    assert Send(CHAIN_IO, NodeStatusCall(1, reply_to=HEALTH)) in r.handle(HealthCheckDue(), T0)
+    r.handle(NodeStatusAnswered(1, NodeStatus(7, T0, False)), T0 + S)
+    assert [p.name for p in r.report(T0 + 2 * S).parts] == ["chain", "node"] and r.report(T0 + 2 * S).ready
