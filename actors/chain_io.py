@@ -461,10 +461,12 @@ class ChainIO(PooledActor):
                 at, _ = _attempt("block_time", lambda: self.client.block_time(height))
                 if at is not None:  # a block the node cannot tell of stays unknown: the core judges that
                     times.append((height, at))
-        kept = None
-        if m.tx_index and status is not None:
-            kept, _ = _attempt("keeps_tx_index", self.client.keeps_tx_index)  # a node that cannot say: not known
-        return m.reply_to, NodeStatusAnswered(m.round, status, error, block_times=tuple(times), tx_index=kept)
+        kept = unsaid = None
+        if m.tx_index and status is not None:  # (a lambda: a client without the method fails inside _attempt)
+            kept, unsaid = _attempt("keeps_tx_index", lambda: self.client.keeps_tx_index())
+        return m.reply_to, NodeStatusAnswered(
+            m.round, status, error, block_times=tuple(times), tx_index=kept, tx_index_error=unsaid
+        )
 
     def _lease_check(self, m: LeaseCheckCall) -> tuple[str, Any]:
         leases, error = _attempt("active_leases_by_provider", lambda: self.client.active_leases_by_provider(self.provider_uuid))

@@ -17,7 +17,8 @@ since a time, with a line saying why:
   index, asked with each status check. Without one no tx of ours is seen
   included, so the sidecar still withdraws and closes, but what those txs
   did never reaches the books (each is logged as of unknown outcome). A
-  status answer that could not say leaves the part as it was.
+  node that cannot say keeps it not ready, with its reason, until it is
+  once found kept; after that, a check that cannot say changes nothing.
 
 Until the first answer the chain and the node are "not checked yet". The
 first answer, and every change after, gets a decision line (a node
@@ -173,7 +174,11 @@ class Readiness:
             out += self._set(TX_INDEX, True, "the node keeps a tx index", now)
         elif m.tx_index is False:
             out += self._set(TX_INDEX, False, f"the node keeps no tx index: {NO_TX_INDEX_HARM}", now)
-        # (None: not asked, or the node could not say: the part stays as it was)
+        elif m.tx_index_error is not None and TX_INDEX in self.parts and not self.parts[TX_INDEX].ready:
+            # Never known to be kept (a proxy refusing GetTx, say): not ready, saying why, rather than
+            # "not checked yet" for ever. The sidecar's own tx lookups use GetTx too.
+            out += self._set(TX_INDEX, False, f"could not be checked: {m.tx_index_error.message}", now)
+        # (otherwise: not asked, or a passing failure after it was found kept: the part stays as it was)
         return out
 
     def _set(self, name: str, ready: bool, detail: str, now: datetime) -> list[Effect]:

@@ -266,6 +266,8 @@ class NodeStatusAnswered(Message, tag="node_status_answered"):
     block_times: tuple[tuple[int, datetime], ...] = ()
     #: the node keeps a tx index (None: not asked, or the node could not say)
     tx_index: bool | None = None
+    #: why the node could not say (a proxy that refuses GetTx, a timeout)
+    tx_index_error: ChainFailure | None = None
 
 
 class CloseBatchCall(Message, tag="close_batch_call"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from actors.chain_actor import ChainActor
 from actors.chain_io import ChainIO, InlineExecutor
@@ -161,6 +162,30 @@ def test_chain_io_says_whether_the_node_keeps_a_tx_index_only_when_asked() -> No
     answers = {m.round: m for m in health.received}
     assert answers[1].tx_index is True and answers[2].tx_index is None and answers[3].tx_index is False
     assert answers[4].tx_index is None and answers[4].status is not None  # the probe failed: not known, the status stands
+    assert answers[4].tx_index_error is not None and answers[3].tx_index_error is None
+
+
+def test_chain_io_keeps_the_node_status_when_its_client_cannot_say_about_a_tx_index() -> None:
+    """A client without ``keeps_tx_index`` (another implementation): the status still answers, the index unknown."""
+
+    class Older:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "keeps_tx_index":
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+    clock, d, router = setup()
+    health = probe(router, d, HEALTH)
+    client = Older(ModelChainClient(chain_model(clock), PROVIDER, PROVIDER_ADDRESS))
+    io = start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
+    io.tell(NodeStatusCall(1, reply_to=HEALTH, tx_index=True))
+    d.run_until_idle()
+    (answer,) = health.received
+    assert answer.status is not None and answer.error is None
+    assert answer.tx_index is None and answer.tx_index_error is not None
 
 
 def test_scheduler_actor_spawns_monitors_and_sets_its_wake_timer() -> None:

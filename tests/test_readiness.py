@@ -114,3 +114,19 @@ def test_a_sidecar_that_neither_signs_nor_keeps_books_does_not_ask_about_the_tx_
     assert Send(CHAIN_IO, NodeStatusCall(1, reply_to=HEALTH)) in r.handle(HealthCheckDue(), T0)
     r.handle(NodeStatusAnswered(1, NodeStatus(7, T0, False)), T0 + S)
     assert [p.name for p in r.report(T0 + 2 * S).parts] == ["chain", "node"] and r.report(T0 + 2 * S).ready
+
+
+def test_a_tx_index_that_cannot_be_checked_is_not_ready_with_the_reason_until_it_is_found_kept() -> None:
+    """A proxy that refuses GetTx: not "not checked yet" for ever, and told; once found kept, a failed probe changes nothing."""
+    r = core(websocket=False)
+    refused = ChainFailure("keeps_tx_index", "UNIMPLEMENTED: unknown method GetTx")
+    r.handle(HealthCheckDue(), T0)
+    out = r.handle(NodeStatusAnswered(1, NodeStatus(7, T0, False), tx_index_error=refused), T0 + S)
+    assert [n.event for n in out if isinstance(n, Note)] == ["chain_ready", "node_ready", "tx_index_not_ready"]
+    part = {p.name: p for p in r.report(T0 + 2 * S).parts}["tx index"]
+    assert not part.ready and part.detail == "could not be checked: UNIMPLEMENTED: unknown method GetTx"
+    r.handle(HealthCheckDue(), T0 + 30 * S)
+    r.handle(NodeStatusAnswered(2, NodeStatus(8, T0 + 30 * S, False), tx_index=True), T0 + 31 * S)
+    r.handle(HealthCheckDue(), T0 + 60 * S)
+    out = r.handle(NodeStatusAnswered(3, NodeStatus(9, T0 + 60 * S, False), tx_index_error=refused), T0 + 61 * S)
+    assert not [n for n in out if isinstance(n, Note)] and r.report(T0 + 62 * S).ready
