@@ -1,4 +1,12 @@
-"""What a run did, counted from the messages it delivered (for ``--duration``'s summary)."""
+"""What a run did, counted from the messages it delivered (for ``--duration``'s summary).
+
+"withdrawn" is what the run knows was applied: a page answered, or found
+applied by a later lookup of its tx. A page whose tx may have applied but
+whose outcome is still unknown at the end (its answer lost and the lookups
+not done, or a node that keeps no tx index and cannot say) is not in it;
+the line counts such pages beside the figure, or an operator reads
+"withdrawn 0" of a run whose withdrawals the chain applied.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +29,8 @@ class RunSummary:
     withdraw_errors: int = 0
     #: pages whose answer was lost, found applied by a later lookup of their tx
     withdraw_pages_found: int = 0
+    #: txs of pages that may have applied, their outcome not known (yet): not in ``withdrawn``
+    withdraw_txs_unknown: set[str] = field(default_factory=set)
     credit_checks: int = 0
     failed_reads: int = 0
     closed: set[str] = field(default_factory=set)
@@ -36,10 +46,16 @@ class RunSummary:
             self.withdraw_pages += m.pages
             self.withdrawn = add_coins(self.withdrawn, m.total_amounts)
             self.withdraw_errors += m.error is not None
-        elif isinstance(m, WithdrawTxAnswered) and m.result is not None:
-            self.withdraw_pages_found += 1
-            self.withdraw_pages += 1
-            self.withdrawn = add_coins(self.withdrawn, m.result.total_amounts)
+            if m.error is not None and m.error.may_have_committed and m.error.tx_hash:
+                self.withdraw_txs_unknown.add(m.error.tx_hash)
+        elif isinstance(m, WithdrawTxAnswered):
+            if m.result is not None:
+                self.withdraw_txs_unknown.discard(m.tx_hash)
+                self.withdraw_pages_found += 1
+                self.withdraw_pages += 1
+                self.withdrawn = add_coins(self.withdrawn, m.result.total_amounts)
+            elif m.error is not None and not m.error.transient and not m.error.may_have_committed:
+                self.withdraw_txs_unknown.discard(m.tx_hash)  # included and failed: known to have withdrawn nothing
         elif isinstance(m, TenantChecked):
             self.credit_checks += 1
         elif isinstance(m, CreditReadFailed):
@@ -56,7 +72,9 @@ class RunSummary:
             f"withdraw cycles: {self.withdraw_cycles} ({self.withdraw_pages} pages, "
             f"{self.withdraw_errors} ended early"
             + (f", {self.withdraw_pages_found} found applied by a later lookup" if self.withdraw_pages_found else "")
-            + f"), withdrawn {format_coins(self.withdrawn)}",
+            + f"), withdrawn {format_coins(self.withdrawn)}"
+            + (f"; {len(self.withdraw_txs_unknown)} page(s) of unknown outcome not in that figure (their txs may "
+               "have applied: see the log's warnings)" if self.withdraw_txs_unknown else ""),
             f"credit checks: {self.credit_checks} ({self.failed_reads} failed reads)",
             # A close that failed, or was found done, may be heard applied by us later (a late
             # answer, a lookup), in either order: each lease is counted once, where it ended.

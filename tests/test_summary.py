@@ -39,3 +39,22 @@ def test_a_close_that_failed_and_was_heard_applied_later_counts_once_as_closed()
     deliver(s, ClosuresFlushed(0, closed=("la",)))
     deliver(s, ClosuresFlushed(1, already_closed=("la",), failed=("la", "lb")))
     assert s.lines()[2] == "leases closed by us: 1; found already closed: 0; failed closes: 1"
+
+
+def test_a_page_of_unknown_outcome_at_the_end_is_counted_beside_the_withdrawn_total() -> None:
+    """A node that keeps no tx index cannot say whether a page applied: "withdrawn 0" alone would read as
+    nothing withdrawn, although the chain may have applied every page."""
+    s = RunSummary()
+    for cycle, tx in ((1, "AA"), (2, "BB"), (3, "CC")):
+        lost = ChainFailure("withdraw", "inclusion timed out", transient=True, may_have_committed=True, tx_hash=tx)
+        deliver(s, WithdrawFinished(cycle, 1, (), 0, (), error=lost))
+    unreadable = ChainFailure("withdraw_outcome", "transaction indexing is disabled", may_have_committed=True)
+    deliver(s, WithdrawTxAnswered(1, 1, "AA", 1, error=unreadable))  # still unknown
+    deliver(s, WithdrawTxAnswered(2, 1, "BB", 1, error=ChainFailure("withdraw_outcome", "out of gas", code=11)))
+    deliver(s, WithdrawTxAnswered(3, 1, "CC", 1, error=ChainFailure("withdraw_outcome", "node down", transient=True)))
+    line = s.lines()[0]
+    assert line.startswith("withdraw cycles: 3 (3 pages, 3 ended early), withdrawn ")
+    # AA (unreadable) and CC (a failed lookup) may have applied; BB was included and failed.
+    assert "; 2 page(s) of unknown outcome not in that figure" in line, line
+    deliver(s, WithdrawTxAnswered(3, 1, "CC", 2, result=WithdrawPage("CC", (Coin("umfx", 7),), 1, False, b"")))
+    assert "; 1 page(s) of unknown outcome" in s.lines()[0] and s.withdrawn == (Coin("umfx", 7),)
