@@ -167,6 +167,11 @@ class LedgerActor(PooledActor):
                 parts.append("finalized")
             if m.retry_after is not None:
                 parts.append(f"held back after {m.failures} failure(s) until {m.retry_after.isoformat()}")
+            if m.held:
+                parts.append(
+                    f"{m.held} lease(s) held back, no known price (run.py periods lists them): metered again once "
+                    "they are read" + (", and finalized then" if self.settings.auto_finalize else "")
+                )
             if m.skipped_before:
                 parts.append(f"{m.skipped_before} older month(s) left out (bill them with meter --period)")
             if m.warning:

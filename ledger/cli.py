@@ -172,7 +172,8 @@ def command_time(asked: datetime | None, wall: datetime, dry_run: bool) -> datet
     return asked
 
 
-_COLUMNS = ("month", "status", "transition", "run", "finalized", "retry after", "failures", "skipped before", "warning", "error")
+_COLUMNS = ("month", "status", "transition", "run", "finalized", "held leases", "retry after", "failures", "skipped before",
+            "warning", "error")
 
 
 def format_report(report: Report) -> str:
@@ -184,6 +185,7 @@ def format_report(report: Report) -> str:
             m.transition,
             m.run_id,
             "yes" if m.finalized else "",
+            str(m.held or ""),
             iso(m.retry_after),
             str(m.failures or ""),
             str(m.skipped_before or ""),

@@ -29,7 +29,8 @@ A lease the books cannot price (never read from the chain: it has no
 known price, or its read keeps failing) holds back only itself: it is left
 out of the month, settlements included, and named as held back in the run
 (``run_held_leases``) and the statement; every other lease is billed. Its
-read comes later and a run not yet finalized can meter it then.
+read comes later: the tick then meters the month again, with it, and does
+not finalize a month whose run still holds a lease back (``ledger.tick.decide``).
 
 Streamed, not loaded whole: the month's leases (in uuid order) and its
 settlements (summed per lease and denom by SQLite over one clustered range of
@@ -300,7 +301,7 @@ def meter_month(
     periods = periods or Periods(ledger)
     run_id = periods.start_run(month, now, only_if_unmetered=only_if_unmetered)
     try:
-        leases, lines, tenants = _meter(ledger, periods, month, now, run_id, batch_leases)
+        leases, lines, tenants, held = _meter(ledger, periods, month, now, run_id, batch_leases)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         try:
@@ -318,7 +319,8 @@ def meter_month(
         )
     logger.info("metered %s: run %s, %d leases, %d tenants, %d lines", month, run_id, leases, tenants, lines)
     return MeterResult(
-        run_id=run_id, warning=warning, lock_released=not warning, leases=leases, lines=lines, tenants=tenants
+        run_id=run_id, warning=warning, lock_released=not warning, leases=leases, lines=lines, tenants=tenants,
+        held=held,
     )
 
 
@@ -334,7 +336,7 @@ _INSERT_TOTAL = (
 
 def _meter(
     ledger: Ledger, periods: Periods, month: Month, now: datetime, run_id: str, batch_leases: int
-) -> tuple[int, int, int]:
+) -> tuple[int, int, int, int]:
     try:
         return _meter_once(ledger, periods, month, now, run_id, batch_leases, exact_sums=False)
     except _SumOverflow:
@@ -346,7 +348,7 @@ def _meter(
 
 def _meter_once(
     ledger: Ledger, periods: Periods, month: Month, now: datetime, run_id: str, batch_leases: int, exact_sums: bool
-) -> tuple[int, int, int]:
+) -> tuple[int, int, int, int]:
     provider = ledger.provider_uuid
     with ledger.reader() as reader:
         held = held_back(reader, month, provider)
@@ -378,7 +380,7 @@ def _meter_once(
         )
         tenants = _write_totals(c, run_id)
         periods.complete(month, run_id, now, leases)
-    return leases, lines, tenants
+    return leases, lines, tenants, len(held)
 
 
 def _write_totals(c, run_id: str) -> int:  # type: ignore[no-untyped-def]

@@ -156,6 +156,16 @@ def _run(row: tuple[Any, ...]) -> RunInfo:
 _RUN_COLUMNS = "id, period, status, started_us, completed_us, error, owner, leases"
 
 
+def _held_leases(c: Any, run_id: str) -> tuple[int, int]:
+    """(the leases run ``run_id`` held back, how many of them the books have priced since)."""
+    held, priced = c.execute(
+        "SELECT COUNT(*), COALESCE(SUM(EXISTS (SELECT 1 FROM leases l WHERE l.uuid = h.lease_uuid AND l.priced = 1)), 0) "
+        "FROM run_held_leases h WHERE h.run_id = ?",
+        (run_id,),
+    ).fetchone()
+    return int(held), int(priced)
+
+
 class Periods:
     """The billing periods and runs of one ledger."""
 
@@ -233,8 +243,9 @@ class Periods:
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE period = ? ORDER BY seq DESC", (str(month),)
             ).fetchall()
             lock = self.lock(month)
-        runs = [_run(r) for r in rows]
-        completed = next((r.id for r in runs if r.status in ("completed", "finalized")), None)
+            runs = [_run(r) for r in rows]
+            completed = next((r for r in runs if r.status in ("completed", "finalized")), None)
+            held, priced = _held_leases(c, completed.id) if completed is not None and completed.status == "completed" else (0, 0)
         failures = 0
         last_failure_at = None
         for r in runs:
@@ -253,10 +264,12 @@ class Periods:
         return MonthState(
             month=month,
             status=status,
-            completed_run=completed,
+            completed_run=completed.id if completed is not None else None,
             failures=failures,
             last_failure_at=last_failure_at,
             running_elsewhere=running,
+            held=held,
+            held_priced=priced,
         )
 
     # -- moving periods ---------------------------------------------------------------------
@@ -386,10 +399,11 @@ class Periods:
                 raise MonthBusy(f"run {lock.run_id} by {lock.owner()}")
             if only_if_unmetered:
                 done = c.execute(
-                    "SELECT id FROM runs WHERE period = ? AND status IN ('completed', 'finalized') LIMIT 1",
+                    "SELECT id FROM runs WHERE period = ? AND status IN ('completed', 'finalized') ORDER BY seq DESC LIMIT 1",
                     (str(month),),
                 ).fetchone()
-                if done is not None:
+                # Metered already, unless a lease its run held back has been priced since (``tick.decide``).
+                if done is not None and not _held_leases(c, done[0])[1]:
                     raise AlreadyMetered(f"{month} has run {done[0]}")
             c.execute(
                 "INSERT INTO runs (id, period, status, started_us, owner) VALUES (?, ?, 'running', ?, ?)",

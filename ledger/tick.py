@@ -100,6 +100,9 @@ class Metered:
     #: lock and fail a month that was billed): the next tick clears the lock
     #: and finalizes it, as the seed's engine does.
     lock_released: bool = True
+    #: Leases the run held back (no known price): a month that holds any is not
+    #: finalized by the tick (see ``decide``).
+    held: int = 0
 
 
 class MonthBusy(Exception):
@@ -154,6 +157,10 @@ class MonthState:
     last_failure_at: datetime | None = None
     #: A run of this month that a live process is executing now (its id and who).
     running_elsewhere: str | None = None
+    #: Leases ``completed_run`` held back (no known price, or unread) while it is not finalized,
+    #: and how many of them the books have priced since.
+    held: int = 0
+    held_priced: int = 0
 
 
 class PeriodBook(Protocol):
@@ -186,6 +193,7 @@ class Action(enum.Enum):
     TO_GRACE = "to grace"
     WAIT_GRACE = "in grace"
     HELD_BACK = "held back"
+    AWAIT_LEASES = "awaiting leases"
     BUSY = "busy"
     METER = "meter"
     FINALIZE = "finalize"
@@ -198,6 +206,8 @@ class Decision:
     then_finalize: bool = False
     retry_after: datetime | None = None
     failures: int = 0
+    #: AWAIT_LEASES: the leases the month's run held back.
+    held: int = 0
 
 
 def backoff(failures: int) -> timedelta:
@@ -230,8 +240,14 @@ def decide(state: MonthState, now: datetime, grace: timedelta, auto_finalize: bo
         return Decision(Action.WAIT_GRACE)
     if state.running_elsewhere is not None:
         return Decision(Action.BUSY)
-    if state.completed_run is not None:
+    if state.completed_run is not None and not state.held_priced:
+        if state.held and auto_finalize:
+            # A statement never changes once finalized: a month whose run left a lease out waits
+            # for that lease's price (or an operator's ``run.py finalize``), or the lease is billed
+            # in no month at all.
+            return Decision(Action.AWAIT_LEASES, held=state.held)
         return Decision(Action.FINALIZE if auto_finalize else Action.NOTHING)
+    # Not metered yet, or a lease its run held back has been priced since: metered (again, with it).
     if state.failures and state.last_failure_at is not None:
         retry_after = state.last_failure_at + backoff(state.failures)
         if now < retry_after:
@@ -280,6 +296,9 @@ class MonthReport:
     #: going): a lock not given back, a stale run reclaimed, a month skipped
     #: because another process is metering it.
     warning: str = ""
+    #: Leases the month's run (``run_id``) held back, no known price: it is not finalized by the
+    #: tick until they are priced and the month metered again with them.
+    held: int = 0
     #: What went wrong with this month; the fields above still say what it got to.
     error: str = ""
     #: The month's stored status after this tick.
@@ -296,6 +315,7 @@ class MonthReport:
             "failures": self.failures,
             "skipped_before": self.skipped_before,
             "warning": self.warning,
+            "held": self.held,
             "error": self.error,
         }
 
@@ -402,6 +422,8 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
         row.failures = decision.failures
     elif action is Action.BUSY:
         _warn(row, f"being metered elsewhere ({state.running_elsewhere}): skipped by this tick")
+    elif action is Action.AWAIT_LEASES:
+        row.held = decision.held
     elif action is Action.FINALIZE:
         row.run_id = book.finalize(month, now, state.completed_run)
         row.finalized = True
@@ -422,7 +444,10 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
         row.status = "metered"
         if metered.warning:
             _warn(row, metered.warning)
-        if decision.then_finalize and not metered.lock_released:
+        row.held = metered.held
+        if decision.then_finalize and metered.held:
+            pass  # not finalized: the month awaits the leases its run held back (``decide``)
+        elif decision.then_finalize and not metered.lock_released:
             _warn(row, "finalized on the next tick, once the lock is cleared")
         elif decision.then_finalize:
             book.finalize(month, now, metered.run_id)

@@ -22,6 +22,7 @@ from ledger.tick import (
     MAX_TICK_MONTHS,
     TRANSITION_TO_GRACE,
     Action,
+    Decision,
     MonthState,
     Options,
     RunFailed,
@@ -444,3 +445,67 @@ def test_a_run_that_cannot_give_its_lock_back_is_finalized_on_the_next_tick(peri
     row = only(tick(periods, MAR.end + timedelta(hours=GRACE + 1), options(execute, auto_finalize=True)))
     assert row.finalized and not row.error and periods.status(MAR) == "finalized"
     assert periods.lock(MAR) is None and len(execute.calls) == 1
+
+
+# -- a lease held back from its month ---------------------------------------------------------
+def held_lease(ledger: Ledger) -> None:
+    """Lease B of March, whose every read failed, and a withdraw page that settled it: held back from March."""
+    from messages.coins import Coin
+    from messages.ledger import LeaseIssue, LeaseSettled
+
+    ledger.record(LeaseIssue(utc(2026, 3, 10), "lease-b", "unread", "3 failed read(s)", "tenant-b"))
+    ledger.record(LeaseSettled(utc(2026, 3, 20), "TX-B", "lease-b", (Coin("umfx", 500),), tenant="tenant-b"))
+
+
+def price_held_lease(ledger: Ledger, at: datetime) -> None:
+    """B read at last: priced, active since March 5 (10 umfx/s)."""
+    from messages.chain import Lease, LeaseItem
+    from messages.coins import Coin
+    from messages.ledger import LeaseObserved
+
+    lease = Lease("lease-b", "tenant-b", PROVIDER, (LeaseItem("sku", 1, Coin("umfx", 10)),),
+                  acknowledged_at=utc(2026, 3, 5), reservation=())
+    ledger.record(LeaseObserved(at, lease))
+
+
+@pytest.mark.parametrize("auto_finalize", [False, True])
+def test_a_month_whose_run_held_a_lease_back_is_metered_again_once_it_is_priced(periods, execute, ledger, auto_finalize):
+    """The books promise that a month held back for a lease without a price is metered at the next
+    tick: the tick left it metered without the lease for good, and with auto_finalize finalized it at
+    once, so what the lease accrued and settled that month was in no statement at all."""
+    from ledger.statements import tenant_totals
+
+    held_lease(ledger)
+    tick(periods, MAR.end, options(execute, auto_finalize))
+    row = only(tick(periods, MAR.end + timedelta(hours=GRACE), options(execute, auto_finalize)))
+    first = row.run_id
+    assert first and row.held == 1 and not row.finalized  # not finalized over a run that left B out
+    assert "tenant-b" not in tenant_totals(ledger, MAR)
+    # An hour later B is still unread: nothing new, and still not finalized.
+    row = only(tick(periods, MAR.end + timedelta(hours=GRACE + 1), options(execute, auto_finalize)))
+    assert (row.run_id, row.finalized, row.held) == ("", False, 1 if auto_finalize else 0)
+    assert len(execute.calls) == 1 and periods.status(MAR) == "metered"
+
+    price_held_lease(ledger, MAR.end + timedelta(days=2))
+    row = only(tick(periods, MAR.end + timedelta(days=2, hours=1), options(execute, auto_finalize)))
+    assert row.run_id and row.run_id != first and row.held == 0 and not row.error
+    assert row.finalized is auto_finalize
+    accrued = (MAR.end - utc(2026, 3, 5)).days * 86_400 * 10
+    assert tenant_totals(ledger, MAR)["tenant-b"] == {"umfx": (accrued, 500)}
+    # Metered with it, the month is left alone again.
+    row = only(tick(periods, MAR.end + timedelta(days=2, hours=2), options(execute, auto_finalize)))
+    assert row.run_id == "" and len(execute.calls) == 2
+
+
+def test_decide_waits_for_held_leases_before_finalizing():
+    now = MAR.end + timedelta(hours=GRACE + 5)
+    grace = timedelta(hours=GRACE)
+    held = MonthState(MAR, "metered", completed_run="r1", held=2)
+    assert decide(held, now, grace, True) == decide(held, now, grace, True)
+    assert decide(held, now, grace, True).action is Action.AWAIT_LEASES and decide(held, now, grace, True).held == 2
+    assert decide(held, now, grace, False).action is Action.NOTHING
+    priced = MonthState(MAR, "metered", completed_run="r1", held=2, held_priced=1)
+    assert decide(priced, now, grace, True) == Decision(Action.METER, then_finalize=True)
+    # A re-run that failed waits by the backoff like any other.
+    failing = MonthState(MAR, "metered", completed_run="r1", held=2, held_priced=1, failures=2, last_failure_at=now)
+    assert decide(failing, now, grace, False).action is Action.HELD_BACK
