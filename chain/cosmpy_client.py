@@ -1198,18 +1198,22 @@ class CosmpyChainClient:
                 time.sleep(_RESEND_BACKOFF * 2**lost)
                 lost += 1
                 continue
-            if lost and r.codespace == SDK and r.code == SDK_SEQUENCE_MISMATCH:
-                # Our sequence was used since the first send: by this very tx if it is included.
+            if lost and r.code != 0 and not (r.codespace == SDK and r.code == SDK_TX_IN_MEMPOOL):
+                # A refused re-send says nothing of the first send, whose answer was lost: the
+                # node may hold it (our sequence used since: 32, by this very tx if it is included;
+                # CometBFT tells "mempool full", 20, before it looks in its cache), or another node
+                # behind a load balancer refused the copy (its own minimum fee, 13) while the first
+                # is pending. So it is looked up, never taken as refused.
                 found = self._get_tx(operation, txhash)
                 if found is not None:
                     return abci_pb2.TxResponse(txhash=txhash, code=SDK_TX_IN_MEMPOOL, codespace=SDK)
-                # Not included yet, but the first send may well be pending on another node:
-                # signing again would spend the next sequence on a second tx of the same intent.
+                # Not included yet, but the first send may well be pending: signing again would
+                # spend the next sequence on a second tx of the same intent.
                 self._account = None
                 raise ChainError(
                     f"{operation}: tx {txhash}: the answer to its broadcast was lost and the re-send was told "
                     f"{r.raw_log!r}: the first send may be pending; it is not signed again",
-                    codespace=SDK, code=SDK_SEQUENCE_MISMATCH, transient=True, may_have_committed=True, tx_hash=txhash,
+                    codespace=r.codespace, code=r.code, transient=True, may_have_committed=True, tx_hash=txhash,
                 )
             return r
 

@@ -966,6 +966,44 @@ def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_n
     assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0]
 
 
+@pytest.mark.parametrize("code, log", [(20, "mempool is full"), (13, "insufficient fee")])
+def test_a_resend_refused_for_any_reason_while_the_first_copy_is_pending_is_looked_up_not_taken_as_refused(
+    world: World, code: int, log: str
+) -> None:
+    """The answer to the first BroadcastTx is lost; the re-send of the same bytes is refused: CometBFT
+    answers "mempool full" (20) before it looks in its cache, another node behind the load balancer
+    wants a higher fee (13). That says nothing of the first copy: it was taken as refused, its
+    write-ahead record closed, and when the first copy was included what it withdrew reached no book."""
+    from devnet.node import CheckResult
+
+    world.lease(world.tenant("t1"))
+    world.clock.advance(20)
+    client = world.client(tx_timeout=0.5)
+    world.blocks.pause()
+    world.devnet.faults.lose_response("BroadcastTx")  # the first copy enters the mempool, its answer is lost
+    check_tx = world.node.check_tx
+    calls: list[int] = []
+
+    def refused_on_resend(raw: bytes):
+        calls.append(1)
+        r = check_tx(raw)
+        return CheckResult(r.txhash, code, "sdk", log) if len(calls) == 2 else r
+
+    world.node.check_tx = refused_on_resend
+    signed: list[str] = []
+    outcome: object
+    try:
+        outcome = client.withdraw_by_provider(PROVIDER, b"", signed=signed.append)
+    except ChainError as exc:
+        outcome = exc
+    world.blocks.resume()
+    wait_until(lambda: world.node.mempool_size() == 0, what="the mempool to drain")
+
+    assert [t.txhash for t in _withdraw_txs(world)] == signed[:1]  # the first copy applied, once
+    assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0], outcome
+    assert outcome.code == code and log in str(outcome)
+
+
 class _NodeHiccup(grpc.RpcError):
     """What the SDK's GetTx answers when its CometBFT RPC is briefly unreachable (a plain error: UNKNOWN)."""
 
