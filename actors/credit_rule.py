@@ -19,6 +19,16 @@ of 2.7. So, for a lease L and a denom d it is charged in:
 
     gone  <=>  accrued_L,d  >=  S_d - sum over the other leases j of unreserved_j,d
 
+The legacy cohort (leases from before per-lease reservations) shares one
+tranche, U, and a settlement of any of them draws it down (2.6: settlement
+consumes the tranche first): so U is the cohort's, not each member's. For a
+legacy L, another legacy lease's accrual is taken off in full (what it pays
+from U leaves L's S as surely as what it pays from B); for a modern L, the
+cohort takes what it accrued beyond U, together. (Each member given U as
+its own tranche made the runway of a tenant with two legacy leases late by
+up to U over their rate, and the leases ran unpaid until a withdraw
+auto-closed them.)
+
 with accruals in whole seconds since each lease's ``last_settled_at``.
 Which rule applies is read off the leases themselves: the current chain
 returns ``reservation`` (field 16) on every lease, v2.1.0 on none.
@@ -261,15 +271,18 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
                 elapsed = since.get(settled, -1)
                 if elapsed < 0:
                     elapsed = since[settled] = max(0, (now - settled) // _MICROSECOND)
+            legacy = isolated and lease.min_lease_duration_at_creation == 0
             own = _own(lease, unattributed) if isolated else _NO_COINS
             whole = elapsed // _US
+            # What it takes from the others' credit, now and at the horizon: beyond its own tranche,
+            # or, for a legacy lease, all it accrued (the cohort's U is taken off once, in ``cohort``).
             over: dict[str, tuple[int, int, int]] = {}
             for denom, r in rates.items():
                 if r <= 0:
                     continue
-                a = own.get(denom, 0)
+                a = 0 if legacy else own.get(denom, 0)
                 over[denom] = (r, max(0, r * whole - a), max(0, r * (elapsed + _HORIZON_US) - a * _US))
-            shape = shapes[key] = [rates, elapsed, own, over, 0]
+            shape = shapes[key] = [rates, elapsed, own, over, 0, legacy]
         shape[4] += 1
         table.append((lease, shape))
         listed[lease.uuid] = listed.get(lease.uuid, 0) + 1
@@ -277,14 +290,20 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
     # whole seconds now (``taken`` from the others) and on the continuous line at the horizon
     # (``_runway_us``'s test for a runway beyond it); and every lease's rate (how fast the
     # line can climb at most).
+    # The legacy cohort's accrual goes to ``cohort_now``/``cohort_far`` instead (its U is taken off
+    # once, for the lot).
     over_now: dict[str, int] = {}
     over_far: dict[str, int] = {}
+    cohort_now: dict[str, int] = {}
+    cohort_far: dict[str, int] = {}
     rate_sum: dict[str, int] = {}
-    for _, _, _, over, n in shapes.values():
+    for _, _, _, over, n, legacy in shapes.values():
+        now_sums, far_sums = (cohort_now, cohort_far) if legacy else (over_now, over_far)
         for denom, (r, at_now, at_far) in over.items():
-            over_now[denom] = over_now.get(denom, 0) + n * at_now
-            over_far[denom] = over_far.get(denom, 0) + n * at_far
+            now_sums[denom] = now_sums.get(denom, 0) + n * at_now
+            far_sums[denom] = far_sums.get(denom, 0) + n * at_far
             rate_sum[denom] = rate_sum.get(denom, 0) + n * r
+    cohort = (cohort_now, cohort_far, unattributed)
     twice = len(listed) != len(table)
     out = []
     horizon_at: datetime | None = None
@@ -298,7 +317,8 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
         alone = not twice or listed[uuid] == 1
         verdict = judged.get(id(shape)) if alone else None
         if verdict is None:
-            verdict = _verdict(lease, shape, table, balances, reserved, isolated, over_now, over_far, rate_sum, twice)
+            verdict = _verdict(lease, shape, table, balances, reserved, isolated, over_now, over_far, rate_sum, twice,
+                               cohort)
             if alone:
                 judged[id(shape)] = verdict
         gone, details, soonest, held = verdict
@@ -324,11 +344,12 @@ def _judge(account: CreditAccount, tenant_leases: Sequence[Lease], ours: Collect
 def _verdict(
     lease: Lease, shape: list[Any], table: list[tuple[Lease, list[Any]]], balances: dict[str, int],
     reserved: dict[str, int], isolated: bool, over_now: dict[str, int], over_far: dict[str, int],
-    rate_sum: dict[str, int], twice: bool,
+    rate_sum: dict[str, int], twice: bool, cohort: tuple[dict[str, int], dict[str, int], dict[str, int]],
 ) -> tuple[tuple[str, ...], list[tuple[Any, ...]], tuple[int, str, tuple[Any, ...]] | None, int]:
     """One lease of ours: (its gone denoms, their numbers, its soonest runway as (microseconds from
     now, denom, numbers) or None, for how long this holds)."""
-    rates, elapsed, own, over, _ = shape
+    rates, elapsed, own, over, _, legacy = shape
+    cohort_now, cohort_far, unattributed = cohort
     if twice:  # its own part is every listing of it, whatever shape each has
         mine_parts: dict[str, tuple[int, int]] = {}
         for j, j_shape in table:
@@ -354,7 +375,17 @@ def _verdict(
             mine_now, mine_far = mine_parts[denom]
         else:
             _, mine_now, mine_far = over[denom]
-        taken = over_now[denom] - mine_now
+        # What the others take: the modern leases' accrual beyond their tranches, and the legacy
+        # cohort's: all of it but this lease's own for a legacy lease, what passes U for a modern one.
+        modern_now, modern_far = over_now.get(denom, 0), over_far.get(denom, 0)
+        legacy_now, legacy_far = cohort_now.get(denom, 0), cohort_far.get(denom, 0)
+        if legacy:
+            taken = modern_now + legacy_now - mine_now
+            others_far = modern_far + legacy_far - mine_far
+        else:
+            u = unattributed.get(denom, 0)
+            taken = modern_now - mine_now + max(0, legacy_now - u)
+            others_far = modern_far - mine_far + max(0, legacy_far - u * _US)
         accrued = rate * (elapsed // _US)
         usable = spendable - taken
         numbers = (isolated, denom, accrued, usable, balance, reserved.get(denom, 0), tranche, taken)
@@ -363,14 +394,14 @@ def _verdict(
             details.append(numbers + (">=",))
             hold = 0
             continue
-        far = rate * (elapsed + _HORIZON_US) - spendable * _US + over_far[denom] - mine_far
+        far = rate * (elapsed + _HORIZON_US) - spendable * _US + others_far
         if far < 0:
             wait = _HORIZON_US  # beyond the horizon even on the continuous line: nothing to solve
             # Every line climbs at its rate at the most: this one stays below zero at the
             # horizon for as many microseconds as its slack over their sum.
             held = (-far - 1) // rate_sum[denom]
         else:
-            wait = held = _runway_us(rate, elapsed, _others(table, lease.uuid, denom), spendable)
+            wait = held = _runway_us(rate, elapsed, _others(table, lease.uuid, denom, legacy, unattributed), spendable)
             if held >= _HORIZON_US:
                 held = 0  # clamped after solving: how far beyond is not known
         if held < hold:
@@ -380,33 +411,52 @@ def _verdict(
     return tuple(gone), details, soonest, hold
 
 
-def _others(table: list[tuple[Lease, list[Any]]], uuid: str, denom: str) -> list[tuple[int, int, int]]:
-    """Every other lease charged in ``denom``: (rate, elapsed us, the tranche it pays from first)."""
-    out = []
-    for j, (j_rates, j_elapsed, j_own, _, _) in table:
+#: A term of what the other leases take (``_others``): the leases that pay from one tranche, as
+#: (rate, elapsed us) each, and that tranche. Its value at ``s``: max(0, sum of their accruals - tranche).
+Term = tuple[list[tuple[int, int]], int]
+
+
+def _others(table: list[tuple[Lease, list[Any]]], uuid: str, denom: str, legacy: bool,
+            unattributed: dict[str, int]) -> list[Term]:
+    """What every other lease charged in ``denom`` takes, as terms: a modern lease with its own
+    tranche; the legacy cohort with U, one term for a modern lease, each member in full for a legacy one."""
+    out: list[Term] = []
+    cohort: list[tuple[int, int]] = []
+    for j, (j_rates, j_elapsed, j_own, _, _, j_legacy) in table:
         if j.uuid == uuid:  # (a lease listed twice is still itself)
             continue
         r = j_rates.get(denom, 0)
-        if r > 0:
-            out.append((r, j_elapsed, j_own.get(denom, 0)))
+        if r <= 0:
+            continue
+        if not j_legacy:
+            out.append(([(r, j_elapsed)], j_own.get(denom, 0)))
+        elif legacy:
+            out.append(([(r, j_elapsed)], 0))
+        else:
+            cohort.append((r, j_elapsed))
+    if cohort:
+        out.append((cohort, unattributed.get(denom, 0)))
     return out
 
 
-def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spendable: int) -> int:
-    """Microseconds from now until ``rate * s + sum max(0, r_j s_j - a_j) >= spendable`` (s in whole seconds).
+def _runway_us(rate: int, elapsed: int, others: list[Term], spendable: int) -> int:
+    """Microseconds from now until ``rate * s + sum over terms of max(0, sum r_j s_j - a) >= spendable``
+    (s in whole seconds, each lease's from its own last settlement).
 
     Solved on the continuous line first (floors dropped: the continuous sum
     is never below the whole-second one, so the answer is never late), over
-    the breakpoints where another lease's accrual passes its tranche; then
-    moved on to the first tick (a lease completing a second of its own
-    count) at which the whole-second sum gets there.
+    the breakpoints where a term's accrual passes its tranche; then moved
+    on to the first tick (a lease completing a second of its own count) at
+    which the whole-second sum gets there.
     """
+    # Each term on the continuous line: its rate, its accrual now (units*us) and its tranche.
+    lines = [(sum(r for r, _ in members), sum(r * e for r, e in members), a) for members, a in others]
 
     # Beyond the horizon even on the continuous line (which is never below the
     # whole-second sum): the answer is the horizon, found without solving.
     beyond = rate * (elapsed + _HORIZON_US) - spendable * _US
-    for r, e, a in others:
-        over = r * (e + _HORIZON_US) - a * _US
+    for r, c, a in lines:
+        over = r * _HORIZON_US + c - a * _US
         if over > 0:
             beyond += over
     if beyond < 0:
@@ -414,29 +464,29 @@ def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spen
 
     def total(after: int) -> int:
         s = rate * ((elapsed + after) // _US)
-        for r, e, a in others:
-            s += max(0, r * ((e + after) // _US) - a)
+        for members, a in others:
+            s += max(0, sum(r * ((e + after) // _US) for r, e in members) - a)
         return s
 
-    # Continuous: value(t) = rate*(elapsed+t) + sum over active j of (r_j*(e_j+t) - a_j*1e6), in units*us.
-    points = sorted((max(0, a * _US // r - e + (1 if a * _US % r else 0)), r, e, a) for r, e, a in others)
+    # Continuous: value(t) = rate*(elapsed+t) + sum over active terms of (r*t + c - a*1e6), in units*us.
+    points = sorted((max(0, -(-(a * _US - c) // r)), r, c, a) for r, c, a in lines)
     t = 0
     slope = rate
     value = rate * elapsed - spendable * _US
     pending = []
-    for start, r, e, a in points:
+    for start, r, c, a in points:
         if start <= 0:
             slope += r
-            value += r * e - a * _US
+            value += c - a * _US
         else:
-            pending.append((start, r, e, a))
-    for start, r, e, a in pending:
+            pending.append((start, r, c, a))
+    for start, r, c, a in pending:
         at_start = value + slope * (start - t)
         if at_start >= 0:
             break
         t, value = start, at_start
         slope += r
-        value += r * (e + t) - a * _US
+        value += r * t + c - a * _US
     if value < 0:
         t += -(-(-value) // slope)  # ceil(-value / slope)
     if t >= _HORIZON_US:
@@ -449,7 +499,8 @@ def _runway_us(rate: int, elapsed: int, others: list[tuple[int, int, int]], spen
     # the leases' next ticks, the earliest that does. (Stepping by this lease's seconds
     # alone skipped the others' ticks, and the runway came out up to a second late: a
     # read at a time before it already found the credit gone.)
-    for tick in sorted({((e + t) // _US + 1) * _US - e for e in (elapsed, *(e for _, e, _ in others))}):
+    for tick in sorted({((e + t) // _US + 1) * _US - e
+                        for e in (elapsed, *(e for members, _ in others for _, e in members))}):
         if total(tick) >= spendable:
             return min(tick, _HORIZON_US)
     return _HORIZON_US  # unreachable: the last tick is past the continuous crossing

@@ -295,3 +295,56 @@ def test_leases_alike_share_one_runway_and_each_gets_what_it_would_get_alone(mon
             (alone,) = {w.lease_uuid: w for w in judge(account, listing, {v.lease_uuid}, clock.now())}.values()
             assert (v.runway_at, v.gone, v.detail) == (alone.runway_at, alone.gone, alone.detail), v
         assert all(v.runway_at is not None and not v.gone and not v.clamped for v in together)
+
+
+def test_random_tenants_with_legacy_leases_gone_is_exactly_the_chain_closing_it_once_every_other_lease_settled():
+    """The worst order for a lease: every other ACTIVE lease of its tenant settled first. The rule says
+    gone if the chain then closes it, and (when those settlements paid in full) only then. The legacy
+    cohort shares U: each member was given the whole of U as its own tranche, so a tenant of two legacy
+    leases had its credit judged there for up to U over their rates after the chain would close one."""
+    rnd = random.Random(29)
+    checked = gone_seen = 0
+    for case in range(80):
+        clock, m = setup(ChainParams(min_lease_duration=rnd.choice((30, 120, 600))))
+        t = addr(f"t{case}")
+        m.fund_credit(t, [Coin("umfx", rnd.randrange(500, 12_000))])
+        made: dict[str, list[str]] = {PROVIDER: [], OTHER: []}
+        for provider in [PROVIDER] * rnd.randrange(1, 4) + [OTHER] * rnd.randrange(0, 3):
+            try:
+                made[provider].append(m.create_lease(t, provider, [item(rnd.randrange(1, 6))],
+                                                     legacy=rnd.random() < 0.6).uuid)
+            except ChainError:
+                pass  # its reservation is more than the credit left
+        ours, theirs = made[PROVIDER], made[OTHER]
+        clock.advance(timedelta(seconds=rnd.randrange(1, 1200), microseconds=rnd.randrange(0, 10**6)))
+        now = clock.now()
+        account, _ = m.credit_account(t)
+        listed = [r.lease for r in m.leases_by_tenant(t, "ACTIVE")[0]]
+        verdicts = {v.lease_uuid: v for v in judge(account, listed, set(ours), now)}
+        for v in verdicts.values():  # the runway is the first instant the same read is judged gone
+            if not v.gone and v.runway_at is not None and not v.clamped:
+                again = {w.lease_uuid: w for w in judge(account, listed, set(ours), v.runway_at)}
+                before = {w.lease_uuid: w for w in judge(account, listed, set(ours), v.runway_at - timedelta(microseconds=1))}
+                assert again[v.lease_uuid].gone and not before[v.lease_uuid].gone, (case, v)
+        active = [u for u in ours if m._leases[u].state == "ACTIVE"]
+        if not active:
+            continue
+        lease = rnd.choice(active)
+        paid_in_full = True
+        for u in ours + theirs:
+            if u == lease or m._leases[u].state != "ACTIVE":
+                continue
+            mine = u in ours
+            try:
+                m.withdraw(PROVIDER_ADDRESS if mine else OTHER_ADDRESS, lease_uuids=[u])
+            except ChainError:
+                pass  # nothing to withdraw
+            paid_in_full = paid_in_full and m._leases[u].state == "ACTIVE"
+        closes = chain_would_close(m, lease, now)
+        if closes:
+            assert verdicts[lease].gone, (case, verdicts[lease])
+        elif paid_in_full:
+            assert not verdicts[lease].gone, (case, verdicts[lease])
+        checked += 1
+        gone_seen += closes
+    assert checked > 50 and 10 < gone_seen < checked - 10  # both outcomes are met, often
