@@ -280,8 +280,19 @@ class ChainIO(PooledActor):
         listing, error = _attempt("leases_by_tenant", lambda: self.client.leases_by_tenant(m.tenant))
         if error is not None:
             return to, CreditReadFailed(m.cycle, error)
+        if account.height and listing.height and listing.height < account.height:
+            # The leases were answered below the account (a node further behind, behind a load
+            # balancer): a settlement between the two heights counts twice, the balance after
+            # it and the lease's accrual before it, and the tenant seems to have less credit
+            # than it has. Read after the account, as asked, they can only err the other way.
+            return to, CreditReadFailed(m.cycle, ChainFailure(
+                "leases_by_tenant",
+                f"the tenant's leases were answered from height {listing.height}, below its credit account's "
+                f"{account.height} (a node further behind): the two parts do not make one read",
+                transient=True,
+            ))
         self._learn(m.tenant, account, listing.leases)
-        # The read is as old as its older part; a part of unknown height makes it unknown.
+        # The read is as old as its older part (the account); a part of unknown height makes it unknown.
         height = min(account.height, listing.height) if account.height and listing.height else 0
         return to, CreditRead(m.cycle, account, leases=listing.leases, height=height)
 

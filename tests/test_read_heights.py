@@ -84,6 +84,42 @@ def test_fault_2_a_read_missing_its_account_or_its_leases_is_failed_and_never_cl
         assert not sent(out, CloseRequested) and "credit back" not in verdict.note
 
 
+@pytest.mark.usefixtures("chain_version")
+def test_leases_answered_below_their_account_make_a_failed_read_not_a_read_of_too_little_credit() -> None:
+    """Behind a load balancer the leases can come from a node a block behind the account's. A withdraw
+    between the two heights then counts twice: the balance after it, the leases' accrual before it; the
+    tenant looked out of credit. Such a read is failed (the monitor re-checks); leases from above the
+    account's height (the order they are asked in) still make a read."""
+    from chain.client import Listing
+    from chain.model_client import ModelChainClient
+
+    clock = ManualClock(T0)
+    model = chain_model(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    tenant = addr("t")
+    model.fund_credit(tenant, [Coin("umfx", 10**9)])
+    model.create_lease(tenant, PROVIDER, [item(1)])
+    shift = {"by": -1}
+
+    class Behind(ModelChainClient):
+        def leases_by_tenant(self, tenant: str) -> Listing:
+            listing = super().leases_by_tenant(tenant)
+            return Listing(listing.leases, listing.height + shift["by"], listing.top_height + shift["by"])
+
+    client = Behind(model, PROVIDER, PROVIDER_ADDRESS)
+    d, router = ManualDispatcher(clock.now), Router()
+    start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
+    box = probe(router, d, tenant_address(tenant))
+    router.tell("chain-io", CreditCall(1, tenant, full=True))
+    d.run_until_idle()
+    shift["by"] = 1
+    router.tell("chain-io", CreditCall(2, tenant, full=True))
+    d.run_until_idle()
+    behind, ahead = box.received
+    assert isinstance(behind, CreditReadFailed) and behind.error.transient and "below its credit account's" in behind.error.message
+    assert isinstance(ahead, CreditRead) and ahead.height == ahead.account.height  # as old as its older part
+
+
 # -- fault 7: a stale read never closes a tenant with credit ------------------------------------
 def test_a_read_below_a_height_already_read_is_a_failed_read_whatever_it_says() -> None:
     m = monitor()
