@@ -19,7 +19,13 @@ since ``last_settled_at``, which starts at ``acknowledged_at``
 - v2.1.0 drops the remainder at every settlement, so ``A(t)`` is the sum of
   the whole seconds of each interval between the lease's settlements (the
   instants in ``settlements``), plus those of the interval still open at
-  ``t``.
+  ``t``;
+- a lease from v2.1.0 that the chain's upgrade finds active dropped it
+  until then and carries it after: the instants are its settlements before
+  the first read that showed the current chain (``whole_seconds_until_us``);
+  one settled between the upgrade and that read is counted as dropping its
+  fraction, so such a lease can come out short by under a second of its
+  rate for each (one check interval's worth at the most).
 
 What a lease accrues within a month is ``A(to) - A(from)``; months then add
 up to the lease's whole accrual with nothing counted twice or lost,
@@ -118,7 +124,8 @@ def accrued_seconds(
 
 
 _LEASES = """
-SELECT uuid, tenant, items, priced, active_from_us, closed_at_us, settles_whole_seconds FROM leases
+SELECT uuid, tenant, items, priced, active_from_us, closed_at_us, settles_whole_seconds, whole_seconds_until_us
+FROM leases
 WHERE provider_uuid = :provider AND active_from_us IS NOT NULL AND active_from_us < :to
   AND (closed_at_us IS NULL OR closed_at_us > :from)
 ORDER BY uuid
@@ -263,14 +270,18 @@ def lines_of_month(  # type: ignore[no-untyped-def]
             if other not in held:
                 yield other, [Line(tenant, other, d, 0, 0, a) for d, a in sorted(paid.items())]
 
-    for uuid, tenant, items, _priced, active_from, closed_at, whole_seconds in leases:
+    for uuid, tenant, items, _priced, active_from, closed_at, whole_seconds, whole_until in leases:
         yield from settled_only_before(uuid)
         paid, _ = withdrawn_for(uuid)
         if uuid in held:
             continue
         instants = None
         if whole_seconds:
-            instants = [at for (at,) in reader.execute(_SETTLED_AT, {"lease": uuid, "to": end})]
+            # The settlements that dropped their fraction: all of them on v2.1.0, those before the
+            # read that found the chain upgraded on a lease from before it (the current chain carries
+            # the fraction from the last of them on, which is what counting on from it does).
+            to = end if whole_until is None else min(end, whole_until)
+            instants = [at for (at,) in reader.execute(_SETTLED_AT, {"lease": uuid, "to": to})]
         seconds = accrued_seconds(active_from, closed_at, start, end, instants)
         rate = rate_of_items(items)
         out = []

@@ -378,6 +378,13 @@ _V11 = (
 )
 
 #: Every migration, in order. Append only.
+_V12 = (
+    # A lease of v2.1.0 (settles_whole_seconds = 1) read again after the chain's upgrade (its read
+    # carries field 16): the time of that read. Its settlements before it dropped their fraction of a
+    # second, those after it carry it (ledger.metering); NULL while it is only known from v2.1.0.
+    "ALTER TABLE leases ADD COLUMN whole_seconds_until_us INTEGER",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "leases, events, settlements, withdrawals, closures, tenant state, periods, runs, statements", _V1),
     Migration(2, "withdraw txs of unknown outcome being looked up", _V2),
@@ -390,6 +397,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "the leases a run held back from its month, and why", _V9),
     Migration(10, "a lease whose closing tx is still being looked for", _V10),
     Migration(11, "a settlement refused noted under its own month, each refusal kept", _V11),
+    Migration(12, "when a lease first read from v2.1.0 was first read from the current chain", _V12),
 )
 
 #: The version this build writes.

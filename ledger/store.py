@@ -163,7 +163,16 @@ VALUES (:uuid, :tenant, :provider, :items, 1, :af, :af_rank, :ca, :ca_rank, :rea
 ON CONFLICT (uuid) DO UPDATE SET
     tenant = excluded.tenant,
     items = excluded.items,
-    settles_whole_seconds = excluded.settles_whole_seconds,
+    -- The rule a lease's settlements followed is the first read's (a row no read made takes the
+    -- read's); a v2.1.0 lease read from the current chain, upgraded, keeps it for its settlements
+    -- until then (whole_seconds_until_us). The chain never goes back: a later read without field
+    -- 16 (a node that lags behind the upgrade) changes neither.
+    settles_whole_seconds = CASE WHEN leases.priced = 0 THEN excluded.settles_whole_seconds
+                                 ELSE leases.settles_whole_seconds END,
+    whole_seconds_until_us = CASE
+        WHEN leases.priced = 1 AND leases.settles_whole_seconds = 1 AND excluded.settles_whole_seconds = 0
+        THEN COALESCE(leases.whole_seconds_until_us, excluded.updated_us)
+        ELSE leases.whole_seconds_until_us END,
     priced = 1,
     active_from_us = CASE WHEN excluded.active_from_us IS NOT NULL
                           AND excluded.active_from_rank >= leases.active_from_rank

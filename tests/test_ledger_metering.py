@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import random
+
 import pytest
 
 from chain.errors import ChainError
@@ -360,4 +362,55 @@ def test_withdrawn_amounts_beyond_64_bits_are_summed_exactly(tmp_path):
     lg.record_all([LeaseSettled(at, f"TX{i}", "lease-b", (Coin("upwr", near),), tenant=POOR) for i in range(12)])
     meter_month(lg, MAR, utc(2026, 4, 2))
     assert tenant_totals(lg, MAR) == {POOR: {"upwr": (0, 12 * near)}}
+    lg.close()
+
+
+def test_a_lease_the_chain_upgrade_finds_active_drops_the_fraction_before_it_and_carries_it_after(tmp_path):
+    """v2.1.0 drops a settlement's fraction of a second, the current chain carries it. The books kept one
+    flag a lease, overwritten by every read: a read after the upgrade made the whole month count as the
+    current chain does, the part before it included (173,000 umfx too much at 1,000/s over half a month
+    of hourly settlements, in a reviewer's run). A later read without field 16 (a node lagging behind
+    the upgrade) changes nothing."""
+    from datetime import datetime
+
+    lg = Ledger.open(tmp_path / "l.sqlite", PROVIDER)
+    rate = 1000
+    start = utc(2026, 2, 27, 12)
+    upgrade = utc(2026, 3, 15, 12)
+
+    def lease(reservation):  # type: ignore[no-untyped-def]
+        return Lease("la", RICH, PROVIDER, (item(rate),), acknowledged_at=start, reservation=reservation)
+
+    lg.record(LeaseObserved(start, lease(None)))  # read on v2.1.0: no field 16
+    rnd = random.Random(5)
+    cursor, total, t, n = start, 0, start, 0
+    chain: list[tuple[datetime, int]] = []  # (settled at, whole seconds accrued in all), as the chain counts
+    read_after_upgrade = False
+    while t < utc(2026, 4, 1, 2):
+        t += timedelta(hours=1, microseconds=rnd.randrange(-400_000, 400_000))
+        if t >= upgrade and not read_after_upgrade:
+            lg.record(LeaseObserved(upgrade + timedelta(seconds=1), lease(())))  # the first read after it
+            read_after_upgrade = True
+        seconds = (t - cursor) // timedelta(seconds=1)
+        total += seconds
+        cursor = t if t < upgrade else cursor + timedelta(seconds=seconds)  # dropped before, carried after
+        chain.append((t, total))
+        lg.record(LeaseSettled(t, f"TX{n}", "la", (Coin("umfx", rate * seconds),), tenant=RICH))
+        n += 1
+        if t > upgrade + timedelta(days=3) and n % 24 == 0:
+            lg.record(LeaseObserved(t, lease(None if n % 48 == 0 else ())))  # now and then a lagging node's read
+
+    def chain_accrued(at: datetime) -> int:
+        """What the chain has accrued at ``at``: its count at the last settlement, and whole seconds since."""
+        c, settled = start, 0
+        for when, so_far in chain:
+            if when > at:
+                break
+            c = when if when < upgrade else c + timedelta(seconds=so_far - settled)
+            settled = so_far
+        return settled + (at - c) // timedelta(seconds=1)
+
+    meter_month(lg, MAR, utc(2026, 4, 2, 3))
+    accrued, _ = tenant_totals(lg, MAR)[RICH]["umfx"]
+    assert accrued == rate * (chain_accrued(MAR.end) - chain_accrued(MAR.start))
     lg.close()
