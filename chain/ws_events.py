@@ -329,10 +329,10 @@ def _flat_events(flat: Any) -> dict[str, list[str]]:
 
 
 def _column(flat: Mapping[str, Any], key: str) -> list[str] | None:
-    """``flat[key]``, checked to be an array of strings (only the arrays read are checked)."""
+    """``flat[key]``, checked to be an array of strings (only the arrays read are checked); None when absent."""
     values = flat.get(key)
-    if values is None:
-        return None
+    if values is None and key not in flat:
+        return None  # (a JSON null is no array: refused below, as the frame it is in)
     if isinstance(values, list):
         try:
             "".join(values)  # the C-speed way to check that every item is a str

@@ -208,6 +208,11 @@ _GOOD_TXR = tx_frame([closed(L1)], flat=False)
         (_with(_GOOD, ["result", "events"], ["a"]), "object of arrays"),
         (_with(_GOOD, ["result", "events", "lease_closed.tenant"], "manifest1a"), "array of strings"),
         (_with(_GOOD, ["result", "events", "lease_closed.tenant"], [7]), "array of strings"),
+        # A JSON null where an array goes: it raised TypeError, a listener failure, and ten frames a
+        # minute of it stopped the sidecar as a crash loop.
+        (_with(_GOOD, ["result", "events", "lease_closed.tenant"], None), "array of strings"),
+        (_with(_GOOD, ["result", "events", "tx.hash"], None), "array of strings"),
+        (_with(_GOOD, ["result", "events", "tx.height"], None), "array of strings"),
         (_with(_GOOD, ["result", "events", "tx.height"], ["12a"]), "not a decimal integer"),
         (_with(_GOOD, ["result", "events", "tx.height"], ["-1"]), "not a decimal integer"),
         (_with(_GOOD, ["result", "events", "tx.height"], ["99999999999999999999"]), "not a decimal integer"),
