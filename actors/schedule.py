@@ -334,9 +334,7 @@ class SchedulerDecisions:
                 event="cycle_queued", fields=(("reason", reason), ("running", self.cycle.id)),
             )]
         if withdraw is None:
-            withdraw = (
-                reason == "depletion" or now >= self._withdraw_due() or (reason == "retry" and self.withdraw_failed)
-            )
+            withdraw = self._withdraws(reason, now)
         # An early re-check that is not also a due withdraw reads only the
         # tenants that asked for it: one tenant's grace window must not cost
         # a credit read of every tenant every 30 s.
@@ -612,13 +610,22 @@ class SchedulerDecisions:
             now
         )
 
+    def _withdraws(self, reason: str, now: datetime) -> bool:
+        """Whether a cycle begun for ``reason`` at ``now``, not told, withdraws first."""
+        return reason == "depletion" or now >= self._withdraw_due() or (reason == "retry" and self.withdraw_failed)
+
     def _finish(self, now: datetime) -> list[Effect]:
         self.cycle = None
         if self.pending and not self.stopped:
-            reason, withdraw = self.pending.pop(0)
-            if any(w for _, w in self.pending):
-                withdraw = True  # a queued trigger must not be lost behind a reconcile
-            self.pending.clear()
+            queued, self.pending = self.pending, []
+            # One cycle does what each queued one would: a whole check if any is more than an early
+            # re-check (which reads only the tenants that asked: a reconnect's reconcile queued
+            # behind one read no lease list, and a lease opened in the gap went unwatched), and a
+            # withdraw if any would withdraw (a trigger must not be lost behind a reconcile).
+            whole = [q for q in queued if q[0] != "recheck"]
+            reason, withdraw = (whole or queued)[0]
+            if any(w or (w is None and self._withdraws(r, now)) for r, w in queued):
+                withdraw = True
             return self._begin(reason, now, withdraw)
         return self._plan_wake(now)
 

@@ -476,3 +476,30 @@ def test_a_read_failing_after_the_chain_once_answered_waits_for_the_tenants_rech
     core.handle(WithdrawFinished(core.cycle.id, 0, (), 0, ()), T0 + timedelta(hours=1))
     out = core.handle(ActiveLeasesRead(core.cycle.id, error=ChainFailure("x", "down", transient=True)), T0 + timedelta(hours=1))
     assert not [n for n in out if isinstance(n, Note) and n.event == "chain_unreached"] and core.retry_at is None
+
+
+def test_a_reconcile_queued_behind_an_early_recheck_still_reads_the_lease_list() -> None:
+    """A re-check wake and then a websocket reconnect, both while a cycle runs: the queued cycles ran as one,
+    the first queued one's, and a re-check reads only the tenants that asked for it, no lease list, so a
+    lease opened during the reconnect's gap went unwatched until the next hour's check."""
+    core = SchedulerDecisions(settings(), PROVIDER)
+    core.handle(StartSchedule(), T0)
+    core.handle(RunCycle(), T0)
+    out = run_cycle(core, T0, [lease("l1", "t1")], {"t1": {"recheck_at": T0 + timedelta(seconds=30)}})
+    (wake,) = msgs(out, Wake)
+    assert wake.message.reason == "recheck"
+    core.handle(Reconcile("listener"), T0 + timedelta(seconds=10))  # a reconnect: a cycle reads the leases
+    running = core.cycle
+    core.handle(ActiveLeasesRead(running.id, (lease("l1", "t1"),)), T0 + timedelta(seconds=11))
+    core.handle(wake.message, wake.at)  # the re-check is due while that cycle waits for t1: queued
+    core.handle(Reconcile("listener"), T0 + timedelta(seconds=31))  # cut again: a lease may have opened
+    out = core.handle(TenantChecked(running.id, "t1"), T0 + timedelta(seconds=32))
+    assert core.cycle is not None and core.cycle.id == running.id + 1
+    assert msgs(out, ActiveLeasesCall), [e for e in out if isinstance(e, Note)]  # the lease list is read again
+    # ... and a trigger that withdraws, queued behind a re-check, still withdraws.
+    running = core.cycle
+    core.handle(ActiveLeasesRead(running.id, (lease("l1", "t1"),)), T0 + timedelta(seconds=33))
+    core.handle(wake.message, T0 + timedelta(seconds=34))
+    core.handle(TriggerWithdraw(), T0 + timedelta(seconds=35))
+    out = core.handle(TenantChecked(running.id, "t1"), T0 + timedelta(seconds=36))
+    assert msgs(out, WithdrawRequested)
