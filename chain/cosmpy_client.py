@@ -885,18 +885,26 @@ class CosmpyChainClient:
         total = sum(len(b) for b in batches)
         op = f"close_leases ({total} leases)"
         included = self.send_messages(op, msgs, signed=signed)
-        closed = 0
-        for i in range(len(msgs)):
-            r = billing_tx.MsgCloseLeaseResponse()
-            self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
-            closed += r.closed_count
-        asked = {u for b in batches for u in b}
-        return CloseOutcome(
-            closed_count=closed,
-            tx_hashes=(included.txhash,),
-            settlements=self._settlements(op, included, lease_uuids=asked),
-            cost=included.cost,
-        )
+        try:
+            closed = 0
+            for i in range(len(msgs)):
+                r = billing_tx.MsgCloseLeaseResponse()
+                self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
+                closed += r.closed_count
+            asked = {u for b in batches for u in b}
+            return CloseOutcome(
+                closed_count=closed,
+                tx_hashes=(included.txhash,),
+                settlements=self._settlements(op, included, lease_uuids=asked),
+                cost=included.cost,
+            )
+        except ChainError as exc:
+            # Included (code 0), its answer unreadable: the close applied, and the error names the tx
+            # so that it is looked up (as ``_withdraw_page``): without the hash its write-ahead record
+            # was closed and no lookup begun, and what it settled reached the books only if a later
+            # search of the lease's end found it.
+            exc.may_have_committed, exc.tx_hash = True, included.txhash
+            raise
 
     def _settlements(
         self, operation: str, included: IncludedTx, *, provider_uuid: str | None = None, lease_uuids: set[str] | None = None

@@ -111,6 +111,30 @@ def test_an_included_withdraw_whose_answer_cannot_be_read_is_reported_as_applied
     assert "not an integer" in info.value.message
 
 
+def test_an_included_close_whose_answer_cannot_be_read_is_reported_as_applied_with_its_hash(
+    world: World, monkeypatch
+) -> None:
+    """The same for a close: without the hash its write-ahead record was closed and no lookup begun."""
+    t = world.tenant("t1", umfx=10**9)
+    lease = world.lease(t, price=7)
+    world.clock.advance(100)
+    real = CosmpyChainClient._msg_responses
+
+    def garbled(operation, r):
+        return tuple(
+            type(a)(type_url=a.type_url, value=b"\xff\xff\xff") if a.type_url.endswith("MsgCloseLeaseResponse") else a
+            for a in real(operation, r)
+        )
+
+    monkeypatch.setattr(CosmpyChainClient, "_msg_responses", staticmethod(garbled))
+    signed: list[str] = []
+    with pytest.raises(ChainError) as info:
+        world.client().close_leases([lease], "credit depleted", signed=signed.append)
+    assert world.model.lease(lease).state == "CLOSED"  # applied on chain
+    assert info.value.may_have_committed and info.value.tx_hash == signed[-1]
+    assert info.value.failure("close_leases").tx_hash == signed[-1]
+
+
 def _withdraw_txs(world: World) -> list:
     """Included txs (code 0) carrying a MsgWithdraw."""
     out = []
