@@ -16,7 +16,12 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
 2. Send the leases in batches of at most ``MAX_BATCH_LEASE_SIZE``.
 3. A batch fails whole when one lease is no longer active. Then ask which are
    still active, drop the others (reported as already closed) and send the
-   rest once more.
+   rest once more. A batch refused for anything else that is not worth the
+   same try again (a lease whose sender role differs from the others', as
+   the provider's own lease in a batch of its tenants' is; a payout the bank
+   blocks for one lease) is split in two and each half sent, down to single
+   leases: the message is atomic, and one bad lease kept every other tenant
+   of its batch open, round after round.
 4. Tell each tenant what became of its leases, and the scheduler the
    totals. The ledger hears what each batch closed and settled (its
    ``LeaseSettled``, each tenant's ``ClosureRecorded``, at the tx's block
@@ -212,6 +217,23 @@ class CloseRound:
             )
             out.append(Send(CHAIN_IO, LeaseCheckCall(self.round, message.batch, message.lease_uuids)))
             return out
+        elif message.error is not None and self._splits(message.error, message.lease_uuids):
+            # Refused for what one lease may be alone: the halves are sent, so that only it fails. (Not
+            # a tx that may have applied: it is looked up, never sent again; nor one worth the same
+            # try again, retried whole at the re-check.)
+            batch.done = True
+            leases = message.lease_uuids
+            half = len(leases) // 2
+            first = max(self.batches) + 1
+            for i, part in enumerate((leases[:half], leases[half:]), start=first):
+                self.batches[i] = _Batch(batch.reason, part)
+                out.append(Send(CHAIN_IO, CloseBatchCall(self.round, i, part, batch.reason)))
+            out.append(Note(
+                f"close batch {message.batch} of {len(leases)} leases refused ({message.error.message}): "
+                f"split into batches {first} and {first + 1} so that one lease does not keep the others open",
+                event="close_batch_split", fields=(("leases", len(leases)),), level="warning",
+            ))
+            return out
         else:
             # No outcome and no error is a failed close too (chain-io says so itself).
             error = message.error or ChainFailure(
@@ -225,6 +247,11 @@ class CloseRound:
                 event="close_batch_failed", fields=(("leases", len(message.lease_uuids)),), level="warning",
             ))
         return out + self._maybe_finish(now)
+
+    @staticmethod
+    def _splits(error: ChainFailure, leases: tuple[str, ...]) -> bool:
+        """Whether a batch of ``leases`` refused with ``error`` is split in two (see the module doc)."""
+        return len(leases) > 1 and not error.may_have_committed and not error.transient
 
     def on_check(self, message: LeaseCheckAnswered, now: datetime) -> list[Effect]:
         batch = self.batches.get(message.batch)

@@ -325,3 +325,41 @@ def test_a_lookup_of_two_leases_one_of_which_a_later_round_holds_failed_tells_ea
     out = chain.handle(CloseBatchAnswered(other.round, other.batch, other.lease_uuids, CloseOutcome(1, ("CD" * 32,), ())), T0)
     (flushed,) = msgs(out, ClosuresFlushed)
     assert flushed.closed == ("la", "lc") and flushed.failed == () and not msgs(out, CloseFailed)
+
+
+def test_a_batch_refused_for_one_lease_is_split_until_only_that_lease_fails() -> None:
+    """The message is atomic: one lease that cannot be closed with the others (the provider's own lease,
+    whose sender role is tenant, in a batch of its tenants'; a payout the bank blocks) failed the whole
+    batch, and its tenants were batched together again at every re-check, all kept open."""
+    reqs = [CloseRequested(5, f"t{i}", (f"l{i}",), "r", read_height=100) for i in range(5)]
+    rnd = CloseRound(1, 5, S, reqs)
+    (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
+    refused = ChainFailure("close_leases", "inconsistent authorization: lease l3 requires tenant role", BILLING, 6)
+
+    def answer(c: CloseBatchCall) -> list:
+        if "l3" in c.lease_uuids:
+            return rnd.on_batch(CloseBatchAnswered(1, c.batch, c.lease_uuids, error=refused), T0)
+        return rnd.on_batch(CloseBatchAnswered(1, c.batch, c.lease_uuids, outcome=CloseOutcome(len(c.lease_uuids), (f"TX{c.batch}",))), T0)
+
+    calls, out, sent = [call], [], 0
+    while calls:
+        c = calls.pop(0)
+        sent += 1
+        effects = answer(c)
+        out += effects
+        calls += msgs(effects, CloseBatchCall)
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert flushed.closed == ("l0", "l1", "l2", "l4") and flushed.failed == ("l3",)
+    assert msgs(out, CloseFailed) == [CloseFailed("t3", ("l3",), refused, None)]
+    assert sent <= 1 + 2 * 3  # halves: a few txs more, not one per lease
+
+
+def test_a_batch_that_may_have_applied_or_is_worth_the_same_try_again_is_not_split() -> None:
+    for error in (
+        ChainFailure("close_leases", "inclusion timed out", transient=True, may_have_committed=True, tx_hash="AB"),
+        ChainFailure("close_leases", "node unavailable", "transport", transient=True),
+    ):
+        rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r", read_height=100)])
+        (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
+        out = rnd.on_batch(CloseBatchAnswered(1, 1, call.lease_uuids, error=error), T0)
+        assert not msgs(out, CloseBatchCall) and msgs(out, ClosuresFlushed)[0].failed == ("a", "b")
