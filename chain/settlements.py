@@ -96,12 +96,9 @@ def settlements_in_withdraw(
 
     v2.1.0's named withdraw writes ``amount="0"`` on the ``provider_withdraw``
     of a lease it auto-closed, although the auto-close moved the rest of the
-    tenant's credit (CHAIN-VERSIONS.md 2.5), and its provider-wide withdraw
-    no ``provider_withdraw`` at all, only a ``lease_auto_closed`` without an
-    amount for a lease it auto-closed. What the events leave of the tx's
-    total is that lease's: when exactly one lease of the tx auto-closed (and,
-    provider-wide on v2.1.0, it is the only lease the tx settled that no
-    event names), the remainder is booked to it. With several, the split cannot be known:
+    tenant's credit (CHAIN-VERSIONS.md 2.5). What the events leave of the
+    tx's total is that lease's: when exactly one lease of the tx auto-closed,
+    the remainder is booked to it. With several, the split cannot be known:
     the remainder is left out with a warning naming the tx and the leases,
     and so are those leases' "0" settlements (the statement then shows a
     shortfall rather than a wrong lease, or a lease that settled nothing),
@@ -136,23 +133,6 @@ def settlements_in_withdraw(
         i = closed[0]
         out[i] = msgspec.structs.replace(out[i], amounts=coins(remainder))
         return out
-    if not closed:
-        # v2.1.0's provider-wide withdraw writes no ``provider_withdraw`` (for any lease), only a
-        # ``lease_auto_closed`` without an amount for a lease it auto-closed: when that lease is the
-        # one lease the tx settled beside those named (``batch_withdraw``'s count), the remainder is it.
-        named = {s.lease_uuid for s in out}
-        silent = {
-            a.get("lease_uuid", ""): a.get("tenant", "")
-            for t, a in events
-            if t == "lease_auto_closed" and a.get("provider_uuid") == provider_uuid
-            and a.get("lease_uuid") and a.get("lease_uuid") not in named and not a.get("amount")
-        }
-        counts = [a.get("lease_count", "") for t, a in events
-                  if t == "batch_withdraw" and a.get("provider_uuid") == provider_uuid]
-        if len(silent) == 1 and counts == [str(len(named) + 1)]:
-            (uuid, tenant), = silent.items()
-            return [*out, LeaseSettled(at=at, tx_hash=tx_hash, lease_uuid=uuid, amounts=coins(remainder),
-                                       kind="withdraw", tenant=tenant)]
     # Several auto-closed leases share the remainder (or none is there to take it): what each
     # settled is unknown, not nothing. Their "0" is left out, so nothing books them as settled in
     # full (a close search of one then reports it: ``chain.lease_end.lease_end_outcome``).

@@ -311,31 +311,3 @@ def test_a_listing_cut_short_between_pages_is_walked_again_never_taken_for_the_w
     # A node that repeats a key is an error, not a hang.
     with pytest.raises(ChainError, match="repeated page key"):
         walk_pages("leases", lambda key: (["x"], b"k"))
-
-
-def test_v2_1_provider_wide_withdraw_books_the_remainder_to_its_one_silently_auto_closed_lease() -> None:
-    """v2.1.0's provider-wide withdraw writes no provider_withdraw for a lease it auto-closed, only a
-    lease_auto_closed with no amount: what it paid was logged as "not booked to any lease"."""
-    from chain.settlements import settlements_in_withdraw
-
-    at = utc(2026, 3, 1)
-
-    def page(settled: int, *auto_closed: str) -> list:
-        return [
-            *(("lease_auto_closed", {"lease_uuid": u, "tenant": f"t-{u}", "provider_uuid": PROVIDER,
-                                     "reason": "credit_exhausted"}) for u in auto_closed),
-            ("lease_auto_closed", {"lease_uuid": "lx", "tenant": "tx", "provider_uuid": OTHER_PROVIDER,
-                                   "reason": "credit_exhausted"}),
-            ("batch_withdraw", {"lease_count": str(settled), "provider_uuid": PROVIDER, "amount": "42umfx",
-                                "auto_closed": str(len(auto_closed))}),
-        ]
-
-    def booked(events: list) -> list:
-        got = settlements_in_withdraw("TX1", at, events, (Coin("umfx", 42),), provider_uuid=PROVIDER)
-        return [(s.lease_uuid, s.amounts, s.tenant) for s in got]
-
-    assert booked(page(1, "lb")) == [("lb", (Coin("umfx", 42),), "t-lb")]
-    # Other leases settled too, silently (v2.1.0 names none): what the auto-closed one paid is not known.
-    assert booked(page(3, "lb")) == []
-    # Two auto-closed: what each paid cannot be told apart.
-    assert booked(page(2, "lb", "lc")) == []
