@@ -65,7 +65,7 @@ def closure_facts(outcome: CloseOutcome, by_tenant: ByTenant, reason: str, now: 
 
 
 def closed_after_its_round(
-    outcome: CloseOutcome, by_tenant: ByTenant, reason: str, cycle: int = NO_CYCLE, tenants: bool = True,
+    outcome: CloseOutcome, by_tenant: ByTenant, reason: str, cycle: int = NO_CYCLE,
     told_elsewhere: frozenset[str] = frozenset(),
 ) -> list[Effect]:
     """A close found applied after its round ended (a late answer, a lookup): who must hear it.
@@ -75,20 +75,18 @@ def closed_after_its_round(
     close them again, that round finds them closed, and the scheduler
     searches for the tx that ended them; on a node that finds txs by hash
     but not by event, that search records a false ``close_not_found``.
-    ``tenants``: tell the tenants too (their monitors exist: the round's
-    own, or a lookup's this run began); a lookup restored at start may name
-    tenants no longer watched. ``told_elsewhere``: leases whose tenants hear
+    The tenants are told too (one a lookup restored at start names may no
+    longer be watched: its mail is dropped). ``told_elsewhere``: leases whose tenants hear
     of the close from a round still going (``ChainDecisions``).
     """
     closed = tuple(sorted(u for _, leases in by_tenant for u in leases))
     if not closed:
         return []
     out: list[Effect] = []
-    if tenants:
-        for tenant, leases in by_tenant:
-            leases = tuple(u for u in leases if u not in told_elsewhere)
-            if leases:
-                out.append(Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes)))
+    for tenant, leases in by_tenant:
+        leases = tuple(u for u in leases if u not in told_elsewhere)
+        if leases:
+            out.append(Send(tenant_address(tenant), LeasesClosed(tenant, leases, reason, outcome.tx_hashes)))
     return out + [Send(SCHEDULER, ClosuresFlushed(cycle, closed=closed, tx_hashes=outcome.tx_hashes))]
 
 
@@ -100,9 +98,6 @@ class CloseLookups:
         self.pending: dict[str, tuple[ByTenant, str]] = {}
         #: (round, batch) of a close call -> the hashes it signed, while it has not answered
         self.unanswered: dict[tuple[int, int], list[str]] = {}
-        #: the pending txs this run sent (not restored from a previous run's books): their tenants'
-        #: monitors are running, and hear of a close found applied
-        self.sent_here: set[str] = set()
 
     def signed(self, m: CloseTxSigned, by_tenant: ByTenant, reason: str, now: datetime) -> list[Effect]:
         """A batch's tx is signed and goes out: the books remember it until its answer settles it."""
@@ -130,7 +125,6 @@ class CloseLookups:
         if not tx_hash or tx_hash in self.pending:
             return []
         opened = [] if recorded else [Send(LEDGER, CloseLookupOpened(tx_hash, reason, by_tenant, now))]
-        self.sent_here.add(tx_hash)
         return [*opened, *self._first(tx_hash, by_tenant, reason, "may have been applied", now)]
 
     def restore(self, lookups: tuple[CloseLookupOpened, ...], now: datetime) -> list[Effect]:
@@ -160,7 +154,6 @@ class CloseLookups:
             return []  # already settled by an earlier answer
         where = f"close tx {m.tx_hash}"
         if m.result is not None:
-            told = m.tx_hash in self.sent_here  # its tenants' monitors were told it failed, and run
             self._end(m.tx_hash)
             by_tenant, reason = entry
             total = coins_to_dict(tuple(c for s in m.result.settlements for c in s.amounts))
@@ -170,7 +163,11 @@ class CloseLookups:
                      event="close_looked_up", fields=(("tx_hash", m.tx_hash),)),
                 *closure_facts(m.result, by_tenant, reason, now),
                 Send(LEDGER, CloseLookupClosed(m.tx_hash)),
-                *closed_after_its_round(m.result, by_tenant, reason, tenants=told, told_elsewhere=held),
+                # Its tenants are told, those of a lookup restored at start too: a restored monitor
+                # not told kept its leases and its saved state (a grace window) when the scheduler
+                # stopped it, and a later start restored that window onto the tenant's next lease.
+                # (Mail to a tenant no longer watched is dropped.)
+                *closed_after_its_round(m.result, by_tenant, reason, told_elsewhere=held),
             ]
         text, delay = not_applied_yet(where, m.attempt, m.error, "it closed nothing")
         if delay is None and outcome_unreadable(m.error):
@@ -183,4 +180,3 @@ class CloseLookups:
 
     def _end(self, tx_hash: str) -> None:
         del self.pending[tx_hash]
-        self.sent_here.discard(tx_hash)

@@ -614,3 +614,64 @@ def test_killed_during_a_close_round_the_restarted_sidecar_books_every_close_and
     # What a fault run counts: no close missing from the books, no unit lost or doubled.
     books = audit(second.ledger, m, PROVIDER)
     assert books.clean and books.closes == len(ours) and not books.reported, books.table()
+
+
+def test_a_close_found_applied_after_a_restart_forgets_its_tenant_so_no_later_start_restores_its_grace(
+    tmp_path, monkeypatch
+) -> None:
+    """A grace window passes, the close tx is signed and the process dies before its answer. The next
+    start restores the tenant's monitor and looks the tx up: found applied, the monitor was not told (the
+    lookup was restored), the scheduler stopped it, and its saved state, the window's start included,
+    stayed in the books. Days later the tenant came back with a new lease: the start after restored that
+    old window onto it, and its first read closed it, a minute after it was opened."""
+    chain = Chain(utc(2026, 3, 31, 12))
+    m = chain.model
+    closing: list = []
+    m.subscribe(lambda tx: closing.append(tx) if any(e.type == "lease_closed" for e in tx.events) else None)
+    poor = addr("poor0")
+    m.fund_credit(poor, [Coin("umfx", (5 + 1000) * 3600)])
+    old = chain.lease(poor, [item(5)])
+    chain.lease(poor, [item(1000)], provider=OTHER)
+    path = tmp_path / "ledger.sqlite"
+    first = Life(chain, path, writes=VanishingWrites(), ledger_feed=False)
+    first.client.vanish_close = True
+    first.client.before_vanish = first.kill  # the close applies, and the process dies before its answer
+    first.run_until(utc(2026, 3, 31, 16), stop=lambda: bool(closing))
+    assert m.lease(old).state == "CLOSED"
+    chain.clock.advance(30)
+
+    failing = {"credit": True, "lease": False}
+    credit_account, lease_read = RecordingClient.credit_account, RecordingClient.lease
+
+    def credit(self, tenant, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if failing["credit"]:
+            raise ChainError("unavailable", transient=True)
+        return credit_account(self, tenant, *args, **kwargs)
+
+    def lease(self, uuid):  # type: ignore[no-untyped-def]
+        if failing["lease"] and uuid == old:
+            raise ChainError("unavailable", transient=True)
+        return lease_read(self, uuid)
+
+    monkeypatch.setattr(RecordingClient, "credit_account", credit)
+    monkeypatch.setattr(RecordingClient, "lease", lease)
+    second = Life(chain, path, ledger_feed=False)  # its reads of the tenant fail while the lookup finds the close
+    second.run_until(chain.clock.now() + timedelta(minutes=1))
+    failing["credit"] = False
+    second.run_until(chain.clock.now() + timedelta(hours=2))
+    assert [s.tenant for s in second.ledger.tenant_snapshots()] == []  # forgotten: no lease of it left
+    second.kill()
+
+    chain.clock.advance(timedelta(days=1))  # the sidecar down; the tenant comes back with a new lease
+    m.fund_credit(poor, [Coin("umfx", 5 * 86400)])
+    new = chain.lease(poor, [item(5)])
+    chain.clock.advance(60)
+    failing["lease"] = True
+    third = Life(chain, path, ledger_feed=False)
+    started = chain.clock.now()
+    third.sidecar.withdraw_once()
+    third.run_until(started + timedelta(minutes=2))
+    failing["lease"] = False
+    m.fund_credit(poor, [Coin("umfx", 10**12)])  # topped up within its grace window
+    third.run_until(started + timedelta(minutes=10))
+    assert m.lease(new).state == "ACTIVE"
