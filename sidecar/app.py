@@ -209,10 +209,11 @@ class Sidecar:
         self._tell(SCHEDULER, StopSchedule())
         for hook in self._on_stop:
             hook()  # e.g. close the chain client: releases calls blocked on the chain
-        for part in self.parts:
-            close = getattr(part, "close", None) or getattr(part, "stop", None)
-            if close is not None:
-                close()
+        # The deciding actors and the tenants' monitors first, and the parts (the ledger writer among
+        # them) only once they are gone: what they send on their way out (a monitor's last snapshot,
+        # a closed grace window) reaches a ledger still there to write it. (Closed first, the writer
+        # dropped it, and a window cleared in the last cycle came back open at the next start.)
+        monitors = [ref for a in self.router.addresses() if a.startswith("tenant/") and (ref := self.router.get(a))]
         refs = [self.scheduler, self.chain, self.chain_io]
         for ref in refs:
             try:
@@ -222,8 +223,14 @@ class Sidecar:
         if isinstance(self.dispatcher, ManualDispatcher):
             self.settle()
         else:
-            _wait_until(lambda: not any(r.is_alive() for r in refs), timeout)
+            _wait_until(lambda: not any(r.is_alive() for r in refs + monitors), timeout)
             self.chain_io.actor_inbox.actor.wait_idle(timeout)
+        for part in self.parts:
+            close = getattr(part, "close", None) or getattr(part, "stop", None)
+            if close is not None:
+                close()
+        if isinstance(self.dispatcher, ManualDispatcher):
+            self.settle()  # the parts' own stops, on the shared dispatcher
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float | None) -> bool:

@@ -675,3 +675,28 @@ def test_a_close_found_applied_after_a_restart_forgets_its_tenant_so_no_later_st
     m.fund_credit(poor, [Coin("umfx", 10**12)])  # topped up within its grace window
     third.run_until(started + timedelta(minutes=10))
     assert m.lease(new).state == "ACTIVE"
+
+
+def test_a_stop_writes_what_the_monitors_send_on_their_way_out(tmp_path) -> None:
+    """The stop closed the ledger writer before it stopped the scheduler and the monitors: what a monitor
+    still had to handle, and the state it then saved, was dropped on the floor (77 tenants' latest reads
+    in a reviewer's run), and a grace window cleared in the last cycle came back open at the next start."""
+    from messages.chain import Lease
+    from messages.credit import LeasesSynced
+    from runtime.router import tenant_address
+
+    chain = Chain(utc(2026, 3, 31, 12))
+    tenant = addr("rich")
+    chain.model.fund_credit(tenant, [Coin("umfx", 10**9)])
+    first = chain.lease(tenant, [item(5)])
+    life = Life(chain, tmp_path / "ledger.sqlite", ledger_feed=False)
+    life.sidecar.withdraw_once()
+    life.run_until(chain.clock.now() + timedelta(minutes=1))
+    (saved,) = life.ledger.tenant_snapshots()
+    assert saved.lease_uuids == (first,)
+    # Mail the monitor has not handled yet when the stop comes: a lease it must now watch too.
+    second = Lease("lease-second", tenant, PROVIDER, (item(3),), acknowledged_at=chain.clock.now(), reservation=())
+    life.sidecar.router.tell(tenant_address(tenant), LeasesSynced((second,), (first,)))
+    life.sidecar.stop()
+    (saved,) = Ledger.open(tmp_path / "ledger.sqlite", PROVIDER).tenant_snapshots()
+    assert set(saved.lease_uuids) == {first, "lease-second"}
