@@ -145,6 +145,8 @@ def _served(
     supervisor = running.supervisor
     if supervisor is not None:
         supervisor.on_crash_loop = lambda loop: done.set()
+        if supervisor.tripped is not None:
+            done.set()  # tripped while ``build`` started the actors, before the hook: it says so only once
     started = clock.now()
     try:
         running.sidecar.withdraw_once()

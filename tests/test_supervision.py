@@ -310,6 +310,34 @@ def test_a_crash_loop_ends_the_run_with_its_exit_status_and_a_last_line_saying_w
     assert "Traceback" not in out.stdout + out.stderr
 
 
+def test_a_crash_loop_that_trips_while_the_sidecar_is_built_still_ends_the_run(tmp_path) -> None:
+    """The run's hook was set after ``build`` had started the actors, and a supervisor says "crash loop"
+    only once: tripped in between, the run logged "stopping with exit status 3" and went on."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[chain]\nmode = "model"\n[demo]\nspeed = 300.0\nhealthy_tenants = 2\n'
+        '[capture]\nenabled = false\n[ledger]\npath = ""\n[metrics]\nlisten = ""\n'
+    )
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import sidecar.runner
+        built = sidecar.runner.build
+        def build(*args, **kwargs):
+            running = built(*args, **kwargs)
+            for _ in range(10):
+                running.supervisor.failed("scheduler", "a message", 0, RuntimeError("broken at start"))
+            return running
+        sidecar.runner.build = build
+        import run
+        sys.exit(run.main(["--config", {str(config)!r}, "run", "--duration", "1000h"]))
+    """)
+    # 1000 h at 300x is over three real hours: the run must end at once, not at its duration.
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == EXIT_CRASH_LOOP, out.stderr[-2000:]
+    assert "stopped: crash loop: scheduler failed 10 times" in out.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize(
     "operation,answer,problem",
     [
