@@ -488,6 +488,9 @@ class BillingModel:
         #: The tx being executed by ``in_tx`` (its events are held until it ends).
         self._tx: _TxContext | None = None
         self._journal: _Journal | None = None
+        #: the time a message outside a tx happens at: read once, as a block has one time (a real
+        #: clock read again for the tx's events stamped them later than the settlement they carry)
+        self._message_time: datetime | None = None
         #: Height a call outside a tx is attributed to (a node's next block).
         self._block_source: Callable[[], int] | None = None
         #: Time queries are answered at (a node's latest block time); the clock otherwise.
@@ -564,8 +567,10 @@ class BillingModel:
             listener(events)
 
     def _now(self) -> datetime:
-        """Block time: the tx's block, or the clock for a call outside a tx."""
-        return self._tx.time if self._tx is not None else self.clock.now()
+        """Block time: the tx's block, the message's for a message outside a tx, or the clock."""
+        if self._tx is not None:
+            return self._tx.time
+        return self._message_time if self._message_time is not None else self.clock.now()
 
     def _query_now(self) -> datetime:
         return self._query_time() if self._query_time is not None else self.clock.now()
@@ -576,6 +581,9 @@ class BillingModel:
         outer = self._journal
         journal = outer if outer is not None else _Journal()
         self._journal = journal
+        outer_time = self._message_time
+        if outer is None and self._tx is None:
+            self._message_time = self.clock.now()
         try:
             yield
         except BaseException:
@@ -584,6 +592,7 @@ class BillingModel:
             raise
         finally:
             self._journal = outer
+            self._message_time = outer_time
 
     def _emit(self, events: Sequence[ChainEvent], action: str = "", sender: str = "") -> str:
         """Tag a message's events with ``msg_index`` and emit them; returns the tx hash."""
@@ -604,7 +613,7 @@ class BillingModel:
             self.height = max(self.height, self._block_source())
         else:
             self.height += 1
-        self._publish(TxEvents(self.height, tx_hash, self.clock.now(), tuple(tagged)))
+        self._publish(TxEvents(self.height, tx_hash, self._now(), tuple(tagged)))
         return tx_hash
 
     # -- journalled changes -------------------------------------------------------

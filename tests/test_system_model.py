@@ -297,3 +297,32 @@ def test_waiting_for_a_cycle_on_the_threaded_runtime_returns_when_it_ends_and_ti
         sidecar.stop(timeout=5)
         dispatcher.shutdown()
         clock.close()
+
+
+def test_a_message_outside_a_tx_happens_at_one_time_its_events_included() -> None:
+    """The model read its clock again to stamp a message's events: on a real clock at 300x, a few
+    milliseconds later was a second or more, and the books refused a withdraw's settlements as more
+    than the lease could have accrued since its previous one (130 of them in a run of 220 tenants)."""
+    from runtime.clock import ManualClock, utc
+
+    class Ticking(ManualClock):
+        """Every read of the time is 0.7 s later than the one before, as on a busy accelerated clock."""
+
+        def now(self):  # type: ignore[no-untyped-def]
+            self.advance(timedelta(milliseconds=700))
+            return super().now()
+
+    clock = Ticking(utc(2026, 3, 1))
+    m = chain_model(clock)
+    m.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    tenant = addr("t")
+    m.fund_credit(tenant, [Coin("umfx", 10**9)])
+    lease = m.create_lease(tenant, PROVIDER, [item(7)]).uuid
+    txs: list = []
+    m.subscribe(txs.append)
+    clock.advance(timedelta(minutes=5))
+    m.withdraw(PROVIDER_ADDRESS, lease_uuids=[lease])
+    (tx,) = [t for t in txs if any(e.type == "provider_withdraw" for e in t.events)]
+    settled = m.lease(lease).last_settled_at
+    # The current chain moves the cursor by whole seconds (below the time by a fraction), v2.1.0 to the time.
+    assert timedelta(0) <= tx.time - settled < timedelta(seconds=1), (tx.time, settled)
