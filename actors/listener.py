@@ -31,7 +31,15 @@ Keeping the connection alive:
   started again, so the listener never ends while the sidecar runs;
 - an error answer for one of our subscriptions (a node cancelling it, e.g.
   for a slow client) ends the connection so that it is re-established and
-  reconciled, instead of silently receiving nothing.
+  reconciled, instead of silently receiving nothing;
+- a subscription the node drops *without* a word is found too. CometBFT
+  drops a subscriber whose buffer is full (a block of some 400 txs does it)
+  and tells it only if its write buffer has room, which under the same
+  load it has not; the socket and its pings stay up. Every block's
+  end-of-block events say how many txs it held (``num_txs``): a block with
+  fewer tx frames than that, once ``BLOCK_CHECK_LAG`` later blocks have come
+  (the two subscriptions' frames are not ordered with each other), ends the
+  session, and no block at all for ``block_silence`` does too.
 
 Stopping the actor closes the socket (politely, for at most a second), ends
 the thread and joins it.
@@ -40,6 +48,7 @@ the thread and joins it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -49,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, ConnectionClosedError
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, ConnectionClosedOK
 
 from actors.listener_settings import ListenerSettings
 from chain.ws_events import MalformedFrame, Reply, SeenEvents, TxFrame, decode_frame
@@ -79,6 +88,10 @@ STOP_CLOSE_TIMEOUT = 1.0
 #: How much of a malformed frame a log line shows: enough to recognise it,
 #: not enough for an untrusted peer to flood the log.
 FRAME_SAMPLE_CHARS = 120
+#: Blocks whose end-of-block frame must have come after a block's before its tx frames are counted:
+#: the node writes each subscription's frames from its own queue, so a block's txs can arrive after
+#: the next block's end-of-block events (a lost tx taken for one still on its way reconnects for nothing).
+BLOCK_CHECK_LAG = 3
 
 
 def backoff_delay(
@@ -144,6 +157,8 @@ class ListenerStats:
     #: lease events in a frame that could not be read (see ``chain.ws_events``)
     events_skipped: int = 0
     malformed_frames: int = 0
+    #: sessions ended because a block's tx frames fell short of its tx count, or no block came
+    dropped_subscriptions: int = 0
     last_error: str = ""
     connected: bool = False
 
@@ -201,6 +216,13 @@ class LeaseEventStream:
         self._next_id = 1
         #: whether the session in progress got every subscription acknowledged
         self._session_subscribed = False
+        #: this session's tx frames per height, and its blocks (height, txs) not counted yet
+        self._txs_at: dict[int, int] = {}
+        self._blocks: collections.deque[tuple[int, int]] = collections.deque()
+        #: why this session's subscriptions are taken as dropped ("" while they are not)
+        self._dropped = ""
+        #: when this session last had a block's frame (the loop's clock)
+        self._last_block = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -331,12 +353,29 @@ class LeaseEventStream:
             self.stats.connected = True
             logger.info("%s: subscribed to %d queries on %s", self.name, len(self.queries), self.shown_url)
             self.on_subscribed()
-            async for raw in ws:
-                frame = self._on_frame(raw)
-                if isinstance(frame, Reply) and frame.error is not None and frame.id in self._subscription_ids:
-                    raise SubscriptionLost(
-                        f"the node cancelled subscription {self._subscription_ids[frame.id]!r}: {frame.error}"
-                    )
+            loop = asyncio.get_running_loop()
+            silence = s.block_silence.total_seconds()
+            self._last_block = loop.time()
+            while True:
+                wait = self._last_block + silence - loop.time()
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), max(wait, 0.0))
+                except TimeoutError:
+                    raw = None
+                except ConnectionClosedOK:
+                    return  # the node closed it: reconnected like any other end
+                if raw is not None:
+                    frame = self._on_frame(raw)
+                    if isinstance(frame, Reply) and frame.error is not None and frame.id in self._subscription_ids:
+                        raise SubscriptionLost(
+                            f"the node cancelled subscription {self._subscription_ids[frame.id]!r}: {frame.error}"
+                        )
+                if loop.time() - self._last_block >= silence:
+                    self._dropped = (f"no block's events for {silence:g}s: the node dropped the subscriptions "
+                                     "without a word, or makes no blocks")
+                if self._dropped:
+                    self.stats.dropped_subscriptions += 1
+                    raise SubscriptionLost(f"{self._dropped}; resubscribing, and the leases are read again")
         finally:
             if self._session_subscribed:
                 self.stats.disconnects += 1
@@ -356,6 +395,7 @@ class LeaseEventStream:
 
     async def _subscribe(self, ws: ClientConnection) -> None:
         self._subscription_ids = {}
+        self._txs_at, self._blocks, self._dropped = {}, collections.deque(), ""
         waiting: dict[int, str] = {}
         for query in self.queries:
             rid = self._next_id
@@ -392,6 +432,7 @@ class LeaseEventStream:
 
     def _handle_frame(self, frame: Reply | TxFrame) -> Reply | TxFrame:
         if isinstance(frame, TxFrame):
+            self._count(frame)
             self.stats.tx_frames += 1
             self.stats.events_skipped += frame.skipped
             before = self._seen.duplicates
@@ -403,6 +444,25 @@ class LeaseEventStream:
         elif frame.error is not None and frame.id not in self._subscription_ids:
             logger.warning("%s: error from the node: %s", self.name, frame.error)
         return frame
+
+    def _count(self, frame: TxFrame) -> None:
+        """Count a tx frame by its height; a block's frame: check the block ``BLOCK_CHECK_LAG`` before it."""
+        if frame.tx_hash:
+            self._txs_at[frame.height] = self._txs_at.get(frame.height, 0) + 1
+            return
+        if frame.num_txs < 0:
+            return  # a block's events that do not say how many txs it held: nothing to check
+        self._last_block = self._loop.time()
+        self._blocks.append((frame.height, frame.num_txs))
+        if len(self._blocks) <= BLOCK_CHECK_LAG:
+            return
+        height, txs = self._blocks.popleft()
+        got = self._txs_at.pop(height, 0)
+        for h in [h for h in self._txs_at if h < height]:
+            del self._txs_at[h]  # (txs of heights no block frame of this session names)
+        if got < txs and not self._dropped:
+            self._dropped = (f"block {height} held {txs} tx(s) and {got} reached us: the node dropped the tx "
+                             "subscription without a word (its buffer full)")
 
     def _malformed(self, exc: MalformedFrame, raw: str | bytes) -> None:
         self.stats.malformed_frames += 1

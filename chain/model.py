@@ -1068,11 +1068,11 @@ class BillingModel:
                 )
                 self._drop_settled_expiries()
             self.height = max(self.height, height)
-            if not events:
-                return None
             block = BlockEvents(height, block_time, tuple(events), num_txs=num_txs)
+            # Published with no event too: a node's NewBlockEvents comes for every block, saying how
+            # many txs it held (``actors.listener`` checks its tx frames against that).
             self._publish(block)
-            return block
+            return block if events else None
 
     # -- faults ------------------------------------------------------------------
     def block_payouts(self, lease_uuids: Iterable[str]) -> None:

@@ -116,6 +116,8 @@ class TxFrame:
     #: Lease events that could not be read (mis-paired arrays with no
     #: ``TxResult`` to fall back on, identifiers that are not tokens).
     skipped: int = 0
+    #: A block's end-of-block events (``NewBlockEvents``): how many txs the block held; -1 for a tx.
+    num_txs: int = -1
 
 
 def decode_frame(raw: str | bytes) -> Reply | TxFrame:
@@ -147,7 +149,23 @@ def decode_frame(raw: str | bytes) -> Reply | TxFrame:
     query = result.get("query", "")
     if not isinstance(query, str):
         raise MalformedFrame("result.query must be a string")
-    return TxFrame(frame_id, query, tx_hash, height, tuple(events), skipped)
+    return TxFrame(frame_id, query, tx_hash, height, tuple(events), skipped, _num_txs(result))
+
+
+def _num_txs(result: Mapping[str, Any]) -> int:
+    """A ``NewBlockEvents`` frame's ``num_txs`` (-1 for a tx's frame, or a block's that does not say)."""
+    data = result.get("data")
+    if not isinstance(data, dict) or data.get("type") != BLOCK_EVENT_TYPE:
+        return -1
+    value = data.get("value")
+    n = value.get("num_txs") if isinstance(value, dict) else None
+    if n is None:
+        return -1
+    if isinstance(n, str) and n.isdigit() and len(n) <= 18:  # (JSON-encoded int64: a string)
+        return int(n)
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        return n
+    raise MalformedFrame("NewBlockEvents.num_txs is not a whole number")
 
 
 def _rpc_error(error: Any) -> RpcError:

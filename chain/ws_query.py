@@ -3,9 +3,9 @@
 Two sides of one small language (see CHAIN.md, "CometBFT websocket"):
 
 - the sidecar *builds* its subscriptions (``provider_queries``): every tx
-  (``tm.event='Tx'``), and the end-of-block ``lease_expired`` of its own
-  leases (``tm.event='NewBlockEvents'``: a PENDING lease's expiry is never a
-  tx event, CHAIN-VERSIONS.md 3). Every tx, because what the sidecar must
+  (``tm.event='Tx'``), and every block's end-of-block events
+  (``tm.event='NewBlockEvents'``: a PENDING lease's expiry is never a tx
+  event, CHAIN-VERSIONS.md 3; and each says how many txs its block held). Every tx, because what the sidecar must
   hear has no common key the AND-only language could select on, and would
   take more than a node's five subscriptions per client one type at a time:
   its own leases' created, acknowledged, closed, cancelled and rejected, and
@@ -95,9 +95,14 @@ def validate_provider_uuid(provider_uuid: str) -> str:
 
 
 def provider_queries(provider_uuid: str) -> tuple[str, ...]:
-    """The provider's subscriptions, in a stable order: two of a node's default five per client."""
-    uuid = validate_provider_uuid(provider_uuid)
-    return (TX_EVENT_CONDITION, f"{BLOCK_EVENT_CONDITION} AND lease_expired.provider_uuid='{uuid}'")
+    """The provider's subscriptions, in a stable order: two of a node's default five per client.
+
+    Every block's end-of-block events, not only those with an expiry of ours: each says how many
+    txs its block held (``num_txs``), which is how the listener finds that the node dropped the tx
+    subscription (a full buffer) without telling it (``actors.listener``).
+    """
+    validate_provider_uuid(provider_uuid)
+    return (TX_EVENT_CONDITION, BLOCK_EVENT_CONDITION)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+import actors.listener as listener_module
 from actors.listener import (
     ListenerActor,
     ListenerStats,
@@ -277,6 +279,39 @@ def test_after_a_drop_it_reconnects_resubscribes_and_reconciles(harness):
     first, lost, second = harness.health.messages[:3]
     assert first == second == WebsocketSubscribed(harness.server.url, len(provider_queries(P)))
     assert isinstance(lost, WebsocketLost) and lost.was_subscribed and lost.reason
+
+
+def test_a_block_whose_txs_did_not_all_arrive_means_a_dropped_subscription_and_is_reconciled(harness):
+    """CometBFT drops a subscriber whose buffer is full and tells it only if its write buffer has room,
+    which under that load it has not: the socket and its pings stayed up, no reconnect, no reconcile,
+    and every lease event after it was lost. Each block's end-of-block frame says how many txs it held."""
+    from chain.model import BlockEvents
+
+    harness.start_listener()
+    assert harness.connected(1)
+    lease = harness.lease()  # its tx frame arrives: block 1 is whole
+    assert harness.inbox.wait_for(lambda msgs: any(isinstance(m, LeaseEventReceived) for m in msgs))
+    height = harness.model.height
+    harness.server.publish(BlockEvents(height, T0, (), num_txs=1))
+    harness.server.publish(BlockEvents(height + 1, T0, (), num_txs=2))  # two txs whose frames never come
+    for h in range(height + 2, height + 2 + listener_module.BLOCK_CHECK_LAG):
+        harness.server.publish(BlockEvents(h, T0, (), num_txs=0))
+    assert harness.connected(2)  # resubscribed, and reconciled (the leases are read again)
+    stats = harness.stats()
+    assert stats.dropped_subscriptions == 1 and stats.disconnects == 1
+    assert f"block {height + 1} held 2 tx(s) and 0 reached us" in stats.last_error
+    assert lease.uuid  # (the first block, whole, ended nothing)
+
+
+def test_a_live_connection_with_no_block_for_block_silence_is_taken_as_dropped():
+    h = Harness(dataclasses.replace(FAST, block_silence=timedelta(milliseconds=300)))
+    try:
+        h.start_listener()
+        assert h.connected(1)
+        assert h.connected(2)  # no block frame within 0.3 s: resubscribed and reconciled
+        assert "no block's events for 0.3s" in h.stats().last_error
+    finally:
+        h.close()
 
 
 def test_a_key_in_the_websocket_url_is_used_to_connect_and_shown_nowhere(harness, caplog):

@@ -16,22 +16,17 @@ from chain.ws_query import (
 PROVIDER = "019bbef3-b000-7001-b950-1b66216ca536"
 
 
-def test_provider_queries_are_every_tx_and_our_leases_expiring_at_end_of_block():
-    """Two of a node's five: every tx (filtered by the listener), and lease_expired, a block event (3)."""
-    assert provider_queries(PROVIDER) == (
-        "tm.event='Tx'",
-        f"tm.event='NewBlockEvents' AND lease_expired.provider_uuid='{PROVIDER}'",
-    )
+def test_provider_queries_are_every_tx_and_every_blocks_end_of_block_events():
+    """Two of a node's five: every tx (filtered by the listener), and every block's end-of-block events:
+    lease_expired is one (3), and each says how many txs its block held (what finds a dropped tx feed)."""
+    assert provider_queries(PROVIDER) == ("tm.event='Tx'", "tm.event='NewBlockEvents'")
 
 
 def test_built_queries_parse_back_to_their_conditions():
-    every_tx, expiries = (parse_query(text) for text in provider_queries(PROVIDER))
+    every_tx, blocks = (parse_query(text) for text in provider_queries(PROVIDER))
     assert every_tx.conditions == (Condition("tm.event", "Tx"),)
-    assert expiries.text == provider_queries(PROVIDER)[1]
-    assert expiries.conditions == (
-        Condition("tm.event", "NewBlockEvents"),
-        Condition("lease_expired.provider_uuid", PROVIDER),
-    )
+    assert blocks.text == provider_queries(PROVIDER)[1]
+    assert blocks.conditions == (Condition("tm.event", "NewBlockEvents"),)
 
 
 @pytest.mark.parametrize(
