@@ -36,7 +36,7 @@ def test_tx_is_found_only_once_a_block_includes_it(world: World, raw: Raw) -> No
     world.blocks.pause()
     world.clock.advance(50)
     seen: list[TxEvents] = []
-    world.model.subscribe(seen.append)
+    world.model.subscribe(lambda tx: seen.append(tx) if isinstance(tx, TxEvents) else None)  # txs, not blocks
     msg = billing_tx.MsgWithdraw(sender=raw.key.address, provider_uuid=PROVIDER, limit=10)
     r = raw.broadcast(raw.sign([msg]))
     assert r.code == 0
@@ -106,7 +106,7 @@ def test_multi_message_tx_fails_whole_at_inclusion(world: World, raw: Raw) -> No
     world.blocks.pause()
     fee_before = world.node.fee_balance(raw.key.address)
     seen: list[TxEvents] = []
-    world.model.subscribe(seen.append)
+    world.model.subscribe(lambda tx: seen.append(tx) if isinstance(tx, TxEvents) else None)  # txs, not blocks
     a = raw.broadcast(raw.sign([raw.close_msg(x)], sequence=0))
     # Passes CheckTx (messages are not executed there), fails in the block after a.
     b = raw.broadcast(raw.sign([raw.close_msg(y), raw.close_msg(x)], sequence=1))
@@ -127,7 +127,7 @@ def test_simulate_runs_the_messages_and_rolls_them_back(world: World, raw: Raw) 
     t = world.tenant("t1")
     x = world.lease(t)
     seen: list[TxEvents] = []
-    world.model.subscribe(seen.append)
+    world.model.subscribe(lambda tx: seen.append(tx) if isinstance(tx, TxEvents) else None)  # txs, not blocks
     r = raw.txs.Simulate(tx_service.SimulateRequest(tx_bytes=raw.sign([raw.close_msg(x)], gas=0, fee=0)))
     assert r.gas_info.gas_used > 0
     out = billing_tx.MsgCloseLeaseResponse()
@@ -163,7 +163,7 @@ def test_latest_block_and_syncing(world: World, raw: Raw) -> None:
 
 def test_changes_outside_txs_carry_the_next_block_height(world: World) -> None:
     seen: list[TxEvents] = []
-    world.model.subscribe(seen.append)
+    world.model.subscribe(lambda tx: seen.append(tx) if isinstance(tx, TxEvents) else None)  # txs, not blocks
     world.clock.advance(timedelta(seconds=7))
     world.tenant("t9")
     assert seen[-1].height == world.node.latest_height() + 1 == 3
