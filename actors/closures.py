@@ -16,12 +16,13 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
 2. Send the leases in batches of at most ``MAX_BATCH_LEASE_SIZE``.
 3. A batch fails whole when one lease is no longer active. Then ask which are
    still active, drop the others (reported as already closed) and send the
-   rest once more. A batch refused for anything else that is not worth the
-   same try again (a lease whose sender role differs from the others', as
-   the provider's own lease in a batch of its tenants' is; a payout the bank
-   blocks for one lease) is split in two and each half sent, down to single
-   leases: the message is atomic, and one bad lease kept every other tenant
-   of its batch open, round after round.
+   rest once more. A batch refused for what one lease can cause alone
+   (``PER_LEASE_REFUSALS``: a lease whose sender role differs from the
+   others', as the provider's own lease in a batch of its tenants' is; a
+   payout the bank blocks for one lease) is split in two and each half
+   sent, down to single leases, ``MAX_SPLITS`` times a round at most: the
+   message is atomic, and one bad lease kept every other tenant of its
+   batch open, round after round.
 4. Tell each tenant what became of its leases, and the scheduler the
    totals. The ledger hears what each batch closed and settled (its
    ``LeaseSettled``, each tenant's ``ClosureRecorded``, at the tx's block
@@ -38,7 +39,15 @@ from typing import cast
 from actors.close_lookup import ByTenant, closure_facts
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
-from chain.errors import is_lease_gone
+from chain.errors import (
+    BILLING,
+    CREDIT_ACCOUNT_NOT_FOUND,
+    INTERNAL_CORRUPTION,
+    INVALID_CREDIT_OPERATION,
+    RESERVATION_INVARIANT,
+    UNAUTHORIZED,
+    is_lease_gone,
+)
 from chain.model import MAX_BATCH_LEASE_SIZE
 from messages.chain import ChainFailure, NodeStatus
 from messages.chain_actor import (
@@ -53,7 +62,17 @@ from messages.credit import CloseFailed, CloseRequested, LeasesClosed
 from messages.scheduler import ClosuresFlushed
 from runtime.router import CHAIN_IO, SCHEDULER, tenant_address
 
-__all__ = ["ClosureBuffer", "CloseRound", "plan_batches"]
+__all__ = ["ClosureBuffer", "CloseRound", "plan_batches", "PER_LEASE_REFUSALS", "MAX_SPLITS"]
+
+#: Billing refusals of a batch that one of its leases (or its tenant) can cause alone, so that the
+#: others close once it is sent apart (CHAIN-VERSIONS.md 2.3, 2.6): a sender whose role for one
+#: lease differs from the others' ("inconsistent authorization": the provider's own lease among its
+#: tenants'), a payout the bank blocks, a tenant's missing credit account, its reservations broken.
+PER_LEASE_REFUSALS = frozenset({UNAUTHORIZED, CREDIT_ACCOUNT_NOT_FOUND, INVALID_CREDIT_OPERATION,
+                                RESERVATION_INVARIANT, INTERNAL_CORRUPTION})
+#: Splits a round makes at most: a bad lease in a batch of 100 is alone after 7 (14 txs more), and a
+#: refusal that every lease meets after all is not sent once per lease, round after round.
+MAX_SPLITS = 32
 
 
 def plan_batches(requests: list[CloseRequested], size: int = MAX_BATCH_LEASE_SIZE) -> list[tuple[str, tuple[str, ...]]]:
@@ -119,6 +138,8 @@ class CloseRound:
     finished: bool = False
     #: the requests whose reads were fresh enough to act on (``_stale``)
     requests_to_send: list[CloseRequested] = field(default_factory=list)
+    #: batches split in two so far (``_splits``)
+    splits: int = 0
 
     def begin(self) -> list[Effect]:
         heights = tuple(sorted({r.read_height for r in self.requests if r.read_height}))
@@ -248,10 +269,17 @@ class CloseRound:
             ))
         return out + self._maybe_finish(now)
 
-    @staticmethod
-    def _splits(error: ChainFailure, leases: tuple[str, ...]) -> bool:
-        """Whether a batch of ``leases`` refused with ``error`` is split in two (see the module doc)."""
-        return len(leases) > 1 and not error.may_have_committed and not error.transient
+    def _splits(self, error: ChainFailure, leases: tuple[str, ...]) -> bool:
+        """Whether a batch of ``leases`` refused with ``error`` is split in two (see the module doc):
+        a refusal one lease can cause alone, and not more than ``MAX_SPLITS`` times a round."""
+        if len(leases) < 2 or error.may_have_committed or error.transient or self.splits >= MAX_SPLITS:
+            return False
+        if error.codespace != BILLING or error.code not in PER_LEASE_REFUSALS:
+            return False  # a refusal of the whole (a fee, the key): every half would be refused too
+        if error.code == UNAUTHORIZED and "inconsistent" not in error.message:
+            return False  # the key may close none of them, not one lease's role among the others'
+        self.splits += 1
+        return True
 
     def on_check(self, message: LeaseCheckAnswered, now: datetime) -> list[Effect]:
         batch = self.batches.get(message.batch)

@@ -118,13 +118,25 @@ def _event_objects(events) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class FailedTx:
+    """A tx its block included and that failed (a code, no events): a node pushes its Tx event too."""
+
+    height: int
+    tx_hash: str
+    code: int
+    codespace: str
+    log: str
+    events: tuple = ()
+
+
 class _EncodedTx:
     """One tx (or one block's end-of-block events) as every matching subscription sees it:
     the index to match, the JSON to push."""
 
     __slots__ = ("index", "_tx", "_tx_bytes", "_tx_data", "_index_in_block", "_body")
 
-    def __init__(self, tx: TxEvents | BlockEvents, tx_bytes: bytes, index_in_block: int, tx_data: bytes = b"") -> None:
+    def __init__(self, tx: TxEvents | BlockEvents | FailedTx, tx_bytes: bytes, index_in_block: int, tx_data: bytes = b"") -> None:
         self._tx = tx
         self._tx_bytes = tx_bytes
         self._tx_data = tx_data
@@ -157,16 +169,18 @@ class _EncodedTx:
                     },
                 }
             else:
+                failed = isinstance(tx, FailedTx)
                 tx_result = {
                     "height": str(tx.height),
                     "index": self._index_in_block,
                     "tx": base64.b64encode(self._tx_bytes).decode("ascii"),
                     "result": {
-                        "code": 0,
+                        "code": tx.code if failed else 0,
                         # The tx's TxMsgData (its Msg*Response Anys), as a node puts it.
                         "data": base64.b64encode(self._tx_data).decode("ascii"),
-                        "log": "",
+                        "log": tx.log if failed else "",
                         "events": _event_objects(tx.events),
+                        **({"codespace": tx.codespace} if failed else {}),
                     },
                 }
                 data = {"type": "tendermint/event/Tx", "value": {"TxResult": tx_result}}
@@ -572,7 +586,7 @@ class WebsocketServer:
         self._enqueue(client, '{"jsonrpc":"2.0","id":' + rid + ',"error":' + body + "}")
 
     # -- events -----------------------------------------------------------------------------
-    def publish(self, tx: TxEvents | BlockEvents) -> None:
+    def publish(self, tx: TxEvents | BlockEvents | FailedTx) -> None:
         """Push ``tx`` to every matching subscription. Safe from any thread; never blocks."""
         loop = self._loop
         if not self._running or loop is None:
@@ -595,8 +609,8 @@ class WebsocketServer:
             self.stats.txs_published += 1
             self._push(tx)
 
-    def _push(self, tx: TxEvents | BlockEvents) -> None:
-        if isinstance(tx, TxEvents):
+    def _push(self, tx: TxEvents | BlockEvents | FailedTx) -> None:
+        if isinstance(tx, (TxEvents, FailedTx)):
             if tx.height == self._last_height:
                 self._index_in_block += 1
             else:
@@ -605,7 +619,7 @@ class WebsocketServer:
         if not clients:
             return
         raw = data = b""
-        if isinstance(tx, TxEvents):
+        if isinstance(tx, (TxEvents, FailedTx)):
             raw = (self.tx_bytes(tx.tx_hash) if self.tx_bytes is not None else None) or b""
             data = (self.tx_data(tx.tx_hash) if self.tx_data is not None else None) or b""
         encoded = _EncodedTx(tx, raw, self._index_in_block, data)

@@ -337,7 +337,7 @@ def test_a_batch_refused_for_one_lease_is_split_until_only_that_lease_fails() ->
     reqs = [CloseRequested(5, f"t{i}", (f"l{i}",), "r", read_height=100) for i in range(5)]
     rnd = CloseRound(1, 5, S, reqs)
     (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
-    refused = ChainFailure("close_leases", "inconsistent authorization: lease l3 requires tenant role", BILLING, 6)
+    refused = ChainFailure("close_leases", "sender has inconsistent authorization: lease l3 requires tenant role", BILLING, 6)
 
     def answer(c: CloseBatchCall) -> list:
         if "l3" in c.lease_uuids:
@@ -357,12 +357,36 @@ def test_a_batch_refused_for_one_lease_is_split_until_only_that_lease_fails() ->
     assert sent <= 1 + 2 * 3  # halves: a few txs more, not one per lease
 
 
-def test_a_batch_that_may_have_applied_or_is_worth_the_same_try_again_is_not_split() -> None:
+def test_a_batch_that_may_have_applied_is_worth_the_same_try_again_or_is_refused_whole_is_not_split() -> None:
     for error in (
         ChainFailure("close_leases", "inclusion timed out", transient=True, may_have_committed=True, tx_hash="AB"),
         ChainFailure("close_leases", "node unavailable", "transport", transient=True),
+        # refusals of the whole: every half would be refused too
+        ChainFailure("close_leases", "insufficient fee", "sdk", 13),
+        ChainFailure("close_leases", "sender x is not authorized to close leases for provider p", BILLING, 6),
     ):
         rnd = CloseRound(1, 5, S, [CloseRequested(5, "t1", ("a", "b"), "r", read_height=100)])
         (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
         out = rnd.on_batch(CloseBatchAnswered(1, 1, call.lease_uuids, error=error), T0)
         assert not msgs(out, CloseBatchCall) and msgs(out, ClosuresFlushed)[0].failed == ("a", "b")
+
+
+def test_a_round_splits_at_most_max_splits_times_when_every_lease_is_refused() -> None:
+    """Every lease of 250 refused alike: split down to single leases, a round sent ~500 txs, again at every
+    re-check. The splits stop at MAX_SPLITS; what is left fails, to be tried at the re-check."""
+    from actors.closures import MAX_SPLITS
+
+    reqs = [CloseRequested(5, f"t{i}", (f"l{i}",), "r", read_height=100) for i in range(250)]
+    rnd = CloseRound(1, 5, S, reqs)
+    calls = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
+    blocked = ChainFailure("close_leases", "failed to transfer: payout not allowed to receive funds", BILLING, 19)
+    sent, out = 0, []
+    while calls:
+        c = calls.pop(0)
+        sent += 1
+        effects = rnd.on_batch(CloseBatchAnswered(1, c.batch, c.lease_uuids, error=blocked), T0)
+        out += effects
+        calls += msgs(effects, CloseBatchCall)
+    assert rnd.splits == MAX_SPLITS and sent == 3 + 2 * MAX_SPLITS
+    (flushed,) = msgs(out, ClosuresFlushed)
+    assert len(flushed.failed) == 250
