@@ -52,6 +52,7 @@ import math
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Callable
 from decimal import Decimal
 
 from google.protobuf.any_pb2 import Any as ProtoAny
@@ -256,6 +257,9 @@ class DevnetNode:
         self._cache: dict[str, None] = {}
         #: Included txs by hash, in block order (a dict keeps the order of insertion).
         self._included: dict[str, abci_pb2.TxResponse] = {}
+        #: told of each tx a block includes that fails (height, hash, code, codespace, log): a node
+        #: pushes its Tx event too, with no events (the websocket server, ``devnet.embedded``)
+        self.failed_tx_listeners: list[Callable[[int, str, int, str, str], None]] = []
         self._raw: dict[str, bytes] = {}
         self._timer: TimerHandle | None = None
         self._last_block_height = 0
@@ -701,6 +705,9 @@ class DevnetNode:
     def _store(self, response: abci_pb2.TxResponse, raw: bytes) -> None:
         self._included[response.txhash] = response
         self._raw[response.txhash] = raw
+        if response.code != 0:
+            for listener in list(self.failed_tx_listeners):
+                listener(response.height, response.txhash, response.code, response.codespace, response.raw_log)
 
     # -- reads ------------------------------------------------------------------
     def get_tx(self, txhash: str) -> abci_pb2.TxResponse | None:

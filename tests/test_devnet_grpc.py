@@ -248,3 +248,32 @@ def test_a_second_server_on_the_devnets_port_is_refused_not_shared(world: World,
         assert client.node_status() is not None  # the devnet's own server still answers
     finally:
         client.close()
+
+
+def test_a_tx_that_fails_in_its_block_is_pushed_on_the_websocket_with_its_code() -> None:
+    """A node pushes a Tx event for every tx its block holds, failed ones too (code, no events), and each
+    block's end-of-block events say how many it held: the listener finds a dropped tx feed by the two
+    disagreeing. The devnet pushed only the txs that applied, and its listener reconnected for nothing."""
+    from websockets.sync.client import connect
+
+    w = make_world(websocket=True)
+    try:
+        raw = Raw(w)
+        t = w.tenant("t1")
+        w.lease(t)
+        w.clock.advance(timedelta(seconds=20))
+        with connect(w.devnet.websocket_url, open_timeout=5) as ws:
+            for rid, query in ((1, "tm.event='Tx'"), (2, "tm.event='NewBlockEvents'")):
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "subscribe", "params": {"query": query}}))
+                assert json.loads(ws.recv(timeout=5))["id"] == rid
+            w.node.add_gas_surcharge(10**9)  # the next tx runs out of gas in its block
+            msg = billing_tx.MsgWithdraw(sender=raw.key.address, provider_uuid=PROVIDER, limit=10)
+            assert raw.broadcast(raw.sign([msg])).code == 0  # passes CheckTx
+            w.clock.advance(timedelta(seconds=5))  # the block that includes it
+            frames = [json.loads(ws.recv(timeout=5)) for _ in range(2)]
+        by_id = {f["id"]: f["result"]["data"] for f in frames}
+        tx = by_id[1]["value"]["TxResult"]
+        assert tx["result"]["code"] == 11 and tx["result"]["events"] == []
+        assert by_id[2]["value"]["num_txs"] == "1" and by_id[2]["value"]["height"] == tx["height"]
+    finally:
+        w.close()
