@@ -39,7 +39,9 @@ Keeping the connection alive:
   end-of-block events say how many txs it held (``num_txs``): a block with
   fewer tx frames than that, once ``BLOCK_CHECK_LAG`` later blocks have come
   (the two subscriptions' frames are not ordered with each other), ends the
-  session, and no block at all for ``block_silence`` does too.
+  session. (The block subscription dropped alone is not found: a chain
+  that makes no empty blocks is silent too, and a timer would reconnect it
+  for nothing; it is one frame a block, far from a full buffer.)
 
 Stopping the actor closes the socket (politely, for at most a second), ends
 the thread and joins it.
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, ConnectionClosedError, ConnectionClosedOK
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 
 from actors.listener_settings import ListenerSettings
 from chain.ws_events import MalformedFrame, Reply, SeenEvents, TxFrame, decode_frame
@@ -221,8 +223,6 @@ class LeaseEventStream:
         self._blocks: collections.deque[tuple[int, int]] = collections.deque()
         #: why this session's subscriptions are taken as dropped ("" while they are not)
         self._dropped = ""
-        #: when this session last had a block's frame (the loop's clock)
-        self._last_block = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -353,26 +353,12 @@ class LeaseEventStream:
             self.stats.connected = True
             logger.info("%s: subscribed to %d queries on %s", self.name, len(self.queries), self.shown_url)
             self.on_subscribed()
-            loop = asyncio.get_running_loop()
-            silence = s.block_silence.total_seconds()
-            self._last_block = loop.time()
-            while True:
-                wait = self._last_block + silence - loop.time()
-                try:
-                    raw = await asyncio.wait_for(ws.recv(), max(wait, 0.0))
-                except TimeoutError:
-                    raw = None
-                except ConnectionClosedOK:
-                    return  # the node closed it: reconnected like any other end
-                if raw is not None:
-                    frame = self._on_frame(raw)
-                    if isinstance(frame, Reply) and frame.error is not None and frame.id in self._subscription_ids:
-                        raise SubscriptionLost(
-                            f"the node cancelled subscription {self._subscription_ids[frame.id]!r}: {frame.error}"
-                        )
-                if loop.time() - self._last_block >= silence:
-                    self._dropped = (f"no block's events for {silence:g}s: the node dropped the subscriptions "
-                                     "without a word, or makes no blocks")
+            async for raw in ws:
+                frame = self._on_frame(raw)
+                if isinstance(frame, Reply) and frame.error is not None and frame.id in self._subscription_ids:
+                    raise SubscriptionLost(
+                        f"the node cancelled subscription {self._subscription_ids[frame.id]!r}: {frame.error}"
+                    )
                 if self._dropped:
                     self.stats.dropped_subscriptions += 1
                     raise SubscriptionLost(f"{self._dropped}; resubscribing, and the leases are read again")
@@ -452,7 +438,6 @@ class LeaseEventStream:
             return
         if frame.num_txs < 0:
             return  # a block's events that do not say how many txs it held: nothing to check
-        self._last_block = self._loop.time()
         self._blocks.append((frame.height, frame.num_txs))
         if len(self._blocks) <= BLOCK_CHECK_LAG:
             return

@@ -3,9 +3,8 @@
 The node's websocket URL is ``[node] websocket_url``; this section holds the
 listener's own timings: keepalive (a peer that stops answering pings is
 dead), reconnect backoff (1 s doubling to 60 s, with jitter so that many
-sidecars cut off by one node restart do not reconnect in lockstep), how long
-a live connection may go without a block before it is taken as dropped, and
-how loudly malformed frames are reported.
+sidecars cut off by one node restart do not reconnect in lockstep), and how
+loudly malformed frames are reported.
 """
 
 from __future__ import annotations
@@ -58,12 +57,6 @@ class ListenerSettings:
     max_frame_bytes: int = setting(
         4 * 1024 * 1024, "largest websocket message accepted (a 100-lease batch close is ~100 kB)",
         min=64 * 1024, max=1024 * 1024 * 1024,
-    )
-    block_silence: timedelta = setting(
-        timedelta(minutes=5),
-        "no block's events for this long on a live connection: the node dropped the subscription without a word; "
-        "reconnect (and re-read the leases)",
-        min=timedelta(seconds=10), max=timedelta(days=1),
     )
     dedupe_window: int = setting(
         10_000, "recent txs remembered so an event seen on two subscriptions is delivered once", min=1,

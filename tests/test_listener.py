@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -301,17 +300,6 @@ def test_a_block_whose_txs_did_not_all_arrive_means_a_dropped_subscription_and_i
     assert stats.dropped_subscriptions == 1 and stats.disconnects == 1
     assert f"block {height + 1} held 2 tx(s) and 0 reached us" in stats.last_error
     assert lease.uuid  # (the first block, whole, ended nothing)
-
-
-def test_a_live_connection_with_no_block_for_block_silence_is_taken_as_dropped():
-    h = Harness(dataclasses.replace(FAST, block_silence=timedelta(milliseconds=300)))
-    try:
-        h.start_listener()
-        assert h.connected(1)
-        assert h.connected(2)  # no block frame within 0.3 s: resubscribed and reconciled
-        assert "no block's events for 0.3s" in h.stats().last_error
-    finally:
-        h.close()
 
 
 def test_a_key_in_the_websocket_url_is_used_to_connect_and_shown_nowhere(harness, caplog):
