@@ -74,7 +74,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import grpc
 from google.protobuf.any_pb2 import Any as ProtoAny
@@ -756,14 +756,9 @@ class CosmpyChainClient:
         included = self._looked_up(op, tx_hash)
         if included is None:
             return None
-        closed = 0
-        for i, any_msg in enumerate(included.msg_responses):
-            if any_msg.type_url == MSG_CLOSE_LEASE_RESPONSE:
-                r = billing_tx.MsgCloseLeaseResponse()
-                self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
-                closed += r.closed_count
+        indices = [i for i, a in enumerate(included.msg_responses) if a.type_url == MSG_CLOSE_LEASE_RESPONSE]
         return CloseOutcome(
-            closed_count=closed,
+            closed_count=self._closed_count(op, included, indices, len(set(lease_uuids))),
             tx_hashes=(included.txhash,),
             settlements=self._settlements(op, included, lease_uuids=set(lease_uuids)),
             cost=included.cost,
@@ -886,14 +881,9 @@ class CosmpyChainClient:
         op = f"close_leases ({total} leases)"
         included = self.send_messages(op, msgs, signed=signed)
         try:
-            closed = 0
-            for i in range(len(msgs)):
-                r = billing_tx.MsgCloseLeaseResponse()
-                self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
-                closed += r.closed_count
             asked = {u for b in batches for u in b}
             return CloseOutcome(
-                closed_count=closed,
+                closed_count=self._closed_count(op, included, range(len(msgs)), len(asked)),
                 tx_hashes=(included.txhash,),
                 settlements=self._settlements(op, included, lease_uuids=asked),
                 cost=included.cost,
@@ -905,6 +895,22 @@ class CosmpyChainClient:
             # search of the lease's end found it.
             exc.may_have_committed, exc.tx_hash = True, included.txhash
             raise
+
+    def _closed_count(self, op: str, included: IncludedTx, indices: Iterable[int], asked: int) -> int:
+        """The leases an included close tx (code 0) closed, from its responses; ``asked`` when they cannot
+        be read: a close is atomic, so an applied one closed every lease it named. (Taken as not read,
+        the close was reported of unknown outcome, and its lookup read the same answer and gave up.)"""
+        try:
+            closed = 0
+            for i in indices:
+                r = billing_tx.MsgCloseLeaseResponse()
+                self._unpack(op, included, i, MSG_CLOSE_LEASE_RESPONSE, r)
+                closed += r.closed_count
+            return closed
+        except ChainError as exc:
+            log.warning("%s: tx %s applied, but its answer could not be read (%s): counted as closing all %d "
+                           "lease(s) it named (a close is all or nothing)", op, included.txhash, exc.message, asked)
+            return asked
 
     def _settlements(
         self, operation: str, included: IncludedTx, *, provider_uuid: str | None = None, lease_uuids: set[str] | None = None
