@@ -957,13 +957,9 @@ def test_a_held_tx_not_included_in_time_is_a_final_error_with_its_hash(world: Wo
     assert page is not None and page.withdrawal_count == 1 and page.tx_hash == err.tx_hash
 
 
-def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_nothing_new(world: World) -> None:
-    """CHAIN.md: one signer, one writer; two txs of one sequence collide. A re-send told 32 is not
-    proof the first copy is gone: signing again would make a second withdraw of the same intent."""
-    # The first BroadcastTx reaches the node (the tx enters its mempool), its answer is lost.
-    # The re-send lands on a node that does not hold those bytes in its cache (another node behind
-    # the load balancer, or one restarted): its CheckTx counts the first copy's sequence as used
-    # and answers sdk 32; GetTx does not know the tx yet (not included). The first copy is alive.
+def _withdraw_resent(world: World, resend) -> tuple[list[str], object]:  # type: ignore[no-untyped-def]
+    """A withdraw whose first BroadcastTx reaches the node (its tx enters the mempool) and whose answer is
+    lost; ``resend(check_tx, raw, n)`` answers the node's n-th CheckTx. (The signed hashes, the outcome.)"""
     world.lease(world.tenant("t1"))
     world.clock.advance(20)
     client = world.client(tx_timeout=0.5)
@@ -972,15 +968,11 @@ def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_n
     check_tx = world.node.check_tx
     calls: list[int] = []
 
-    def load_balanced(raw: bytes):
+    def checked(raw: bytes):  # type: ignore[no-untyped-def]
         calls.append(1)
-        if len(calls) == 2:  # the re-send: a node without the tx in its cache
-            world.node._cache.clear()
-        if len(calls) == 3:  # a second tx signed for the same withdraw
-            world.blocks.resume()
-        return check_tx(raw)
+        return resend(check_tx, raw, len(calls))
 
-    world.node.check_tx = load_balanced
+    world.node.check_tx = checked
     signed: list[str] = []
     outcome: object
     try:
@@ -989,7 +981,23 @@ def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_n
         outcome = exc
     world.blocks.resume()
     wait_until(lambda: world.node.mempool_size() == 0, what="the mempool to drain")
+    return signed, outcome
 
+
+def test_a_resend_told_sequence_mismatch_while_the_first_copy_is_pending_signs_nothing_new(world: World) -> None:
+    """CHAIN.md: one signer, one writer; two txs of one sequence collide. A re-send told 32 is not
+    proof the first copy is gone: signing again would make a second withdraw of the same intent."""
+    # The re-send lands on a node that does not hold those bytes in its cache (another node behind
+    # the load balancer, or one restarted): its CheckTx counts the first copy's sequence as used
+    # and answers sdk 32; GetTx does not know the tx yet (not included). The first copy is alive.
+    def load_balanced(check_tx, raw: bytes, n: int):  # type: ignore[no-untyped-def]
+        if n == 2:  # the re-send: a node without the tx in its cache
+            world.node._cache.clear()
+        if n == 3:  # a second tx signed for the same withdraw
+            world.blocks.resume()
+        return check_tx(raw)
+
+    signed, outcome = _withdraw_resent(world, load_balanced)
     assert len(_withdraw_txs(world)) == 1, f"{len(_withdraw_txs(world))} withdraw txs applied for one intent"
     assert signed[:1] == signed, f"signed {len(signed)} txs for one withdraw"
     assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0]
@@ -1005,29 +1013,11 @@ def test_a_resend_refused_for_any_reason_while_the_first_copy_is_pending_is_look
     write-ahead record closed, and when the first copy was included what it withdrew reached no book."""
     from devnet.node import CheckResult
 
-    world.lease(world.tenant("t1"))
-    world.clock.advance(20)
-    client = world.client(tx_timeout=0.5)
-    world.blocks.pause()
-    world.devnet.faults.lose_response("BroadcastTx")  # the first copy enters the mempool, its answer is lost
-    check_tx = world.node.check_tx
-    calls: list[int] = []
-
-    def refused_on_resend(raw: bytes):
-        calls.append(1)
+    def refused_on_resend(check_tx, raw: bytes, n: int):  # type: ignore[no-untyped-def]
         r = check_tx(raw)
-        return CheckResult(r.txhash, code, "sdk", log) if len(calls) == 2 else r
+        return CheckResult(r.txhash, code, "sdk", log) if n == 2 else r
 
-    world.node.check_tx = refused_on_resend
-    signed: list[str] = []
-    outcome: object
-    try:
-        outcome = client.withdraw_by_provider(PROVIDER, b"", signed=signed.append)
-    except ChainError as exc:
-        outcome = exc
-    world.blocks.resume()
-    wait_until(lambda: world.node.mempool_size() == 0, what="the mempool to drain")
-
+    signed, outcome = _withdraw_resent(world, refused_on_resend)
     assert [t.txhash for t in _withdraw_txs(world)] == signed[:1]  # the first copy applied, once
     assert isinstance(outcome, ChainError) and outcome.may_have_committed and outcome.tx_hash == signed[0], outcome
     assert outcome.code == code and log in str(outcome)

@@ -48,6 +48,17 @@ def read(m: TenantCredit, at, umfx: int, height: int, cycle: int = 1):
     return m.handle(CreditRead(cycle, CreditAccount("t", (Coin("umfx", umfx),)), leases=LEASES, height=height), at)
 
 
+def _one_lease_world():  # type: ignore[no-untyped-def]
+    """(clock, the chain model, a tenant with credit and one lease of ours)."""
+    clock = ManualClock(T0)
+    model = chain_model(clock)
+    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
+    tenant = addr("t")
+    model.fund_credit(tenant, [Coin("umfx", 10**9)])
+    model.create_lease(tenant, PROVIDER, [item(1)])
+    return clock, model, tenant
+
+
 # -- fault 2: a partial read is a failed read ---------------------------------------------------
 @pytest.mark.usefixtures("chain_version")
 @pytest.mark.parametrize("part", ["credit_account", "leases_by_tenant"])
@@ -55,12 +66,7 @@ def test_fault_2_a_read_missing_its_account_or_its_leases_is_failed_and_never_cl
     """Through chain-io on the chain model: one part of the read fails, the other answers."""
     from chain.model_client import ModelChainClient
 
-    clock = ManualClock(T0)
-    model = chain_model(clock)
-    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
-    tenant = addr("t")
-    model.fund_credit(tenant, [Coin("umfx", 10**9)])
-    model.create_lease(tenant, PROVIDER, [item(1)])
+    clock, model, tenant = _one_lease_world()
     client = ModelChainClient(model, PROVIDER, PROVIDER_ADDRESS)
     d, router = ManualDispatcher(clock.now), Router()
     start_actor(router, ChainIO, d, router, client, PROVIDER, InlineExecutor(), InlineExecutor())
@@ -93,12 +99,7 @@ def test_leases_answered_below_their_account_make_a_failed_read_not_a_read_of_to
     from chain.client import Listing
     from chain.model_client import ModelChainClient
 
-    clock = ManualClock(T0)
-    model = chain_model(clock)
-    model.register_provider(PROVIDER, PROVIDER_ADDRESS)
-    tenant = addr("t")
-    model.fund_credit(tenant, [Coin("umfx", 10**9)])
-    model.create_lease(tenant, PROVIDER, [item(1)])
+    clock, model, tenant = _one_lease_world()
     shift = {"by": -1}
 
     class Behind(ModelChainClient):
