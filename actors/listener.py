@@ -159,7 +159,7 @@ class ListenerStats:
     #: lease events in a frame that could not be read (see ``chain.ws_events``)
     events_skipped: int = 0
     malformed_frames: int = 0
-    #: sessions ended because a block's tx frames fell short of its tx count, or no block came
+    #: sessions ended because a block's tx frames fell short of its tx count (a subscription dropped unsaid)
     dropped_subscriptions: int = 0
     last_error: str = ""
     connected: bool = False
