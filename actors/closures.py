@@ -19,7 +19,8 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
    rest once more. A batch refused for what one lease can cause alone
    (``PER_LEASE_REFUSALS``: a lease whose sender role differs from the
    others', as the provider's own lease in a batch of its tenants' is; a
-   payout the bank blocks for one lease) is split in two and each half
+   payout the bank blocks for one lease; a lease the chain cannot settle)
+   is split in two and each half
    sent, down to single leases, ``MAX_SPLITS`` times a round at most: the
    message is atomic, and one bad lease kept every other tenant of its
    batch open, round after round.
@@ -44,6 +45,7 @@ from chain.errors import (
     CREDIT_ACCOUNT_NOT_FOUND,
     INTERNAL_CORRUPTION,
     INVALID_CREDIT_OPERATION,
+    INVALID_LEASE,
     RESERVATION_INVARIANT,
     UNAUTHORIZED,
     is_lease_gone,
@@ -67,8 +69,9 @@ __all__ = ["ClosureBuffer", "CloseRound", "plan_batches", "PER_LEASE_REFUSALS", 
 #: Billing refusals of a batch that one of its leases (or its tenant) can cause alone, so that the
 #: others close once it is sent apart (CHAIN-VERSIONS.md 2.3, 2.6): a sender whose role for one
 #: lease differs from the others' ("inconsistent authorization": the provider's own lease among its
-#: tenants'), a payout the bank blocks, a tenant's missing credit account, its reservations broken.
-PER_LEASE_REFUSALS = frozenset({UNAUTHORIZED, CREDIT_ACCOUNT_NOT_FOUND, INVALID_CREDIT_OPERATION,
+#: tenants'), a payout the bank blocks, a tenant's missing credit account, its reservations broken, a
+#: lease the chain cannot settle or store (ErrInvalidLease 9: its last settlement after the block time).
+PER_LEASE_REFUSALS = frozenset({UNAUTHORIZED, CREDIT_ACCOUNT_NOT_FOUND, INVALID_LEASE, INVALID_CREDIT_OPERATION,
                                 RESERVATION_INVARIANT, INTERNAL_CORRUPTION})
 #: Splits a round makes at most: a bad lease in a batch of 100 is alone after 7 (14 txs more), and a
 #: refusal that every lease meets after all is not sent once per lease, round after round.

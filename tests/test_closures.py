@@ -339,6 +339,16 @@ def test_a_batch_refused_for_one_lease_is_split_until_only_that_lease_fails() ->
     (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
     refused = ChainFailure("close_leases", "sender has inconsistent authorization: lease l3 requires tenant role", BILLING, 6)
 
+    answer_all(rnd, call, refused)
+    # ErrInvalidLease (9) too: one lease the chain cannot settle (its last settlement after the block time).
+    rnd = CloseRound(1, 5, S, reqs)
+    (call,) = msgs(rnd.on_status(NodeStatusAnswered(1, FRESH), T0), CloseBatchCall)
+    answer_all(rnd, call, ChainFailure("close_leases", "failed to settle lease l3", BILLING, 9))
+
+
+def answer_all(rnd: CloseRound, call: CloseBatchCall, refused: ChainFailure) -> None:
+    """Answer ``call`` and every batch it is split into: refused where l3 is in it, closed elsewhere."""
+
     def answer(c: CloseBatchCall) -> list:
         if "l3" in c.lease_uuids:
             return rnd.on_batch(CloseBatchAnswered(1, c.batch, c.lease_uuids, error=refused), T0)
