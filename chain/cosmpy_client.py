@@ -880,21 +880,13 @@ class CosmpyChainClient:
         total = sum(len(b) for b in batches)
         op = f"close_leases ({total} leases)"
         included = self.send_messages(op, msgs, signed=signed)
-        try:
-            asked = {u for b in batches for u in b}
-            return CloseOutcome(
-                closed_count=self._closed_count(op, included, range(len(msgs)), len(asked)),
-                tx_hashes=(included.txhash,),
-                settlements=self._settlements(op, included, lease_uuids=asked),
-                cost=included.cost,
-            )
-        except ChainError as exc:
-            # Included (code 0), its answer unreadable: the close applied, and the error names the tx
-            # so that it is looked up (as ``_withdraw_page``): without the hash its write-ahead record
-            # was closed and no lookup begun, and what it settled reached the books only if a later
-            # search of the lease's end found it.
-            exc.may_have_committed, exc.tx_hash = True, included.txhash
-            raise
+        asked = {u for b in batches for u in b}
+        return CloseOutcome(
+            closed_count=self._closed_count(op, included, range(len(msgs)), len(asked)),
+            tx_hashes=(included.txhash,),
+            settlements=self._settlements(op, included, lease_uuids=asked),
+            cost=included.cost,
+        )
 
     def _closed_count(self, op: str, included: IncludedTx, indices: Iterable[int], asked: int) -> int:
         """The leases an included close tx (code 0) closed, from its responses; ``asked`` when they cannot
