@@ -17,7 +17,7 @@ until the scheduler says the check is over (``FlushClosures``), then runs one
 3. A batch fails whole when one lease is no longer active. Then ask which are
    still active, drop the others (reported as already closed) and send the
    rest once more. A batch refused for what one lease can cause alone
-   (``PER_LEASE_REFUSALS``: a lease whose sender role differs from the
+   (``chain.errors.PER_LEASE_REFUSALS``: a lease whose sender role differs from the
    others', as the provider's own lease in a batch of its tenants' is; a
    payout the bank blocks for one lease; a lease the chain cannot settle)
    is split in two and each half
@@ -40,16 +40,7 @@ from typing import cast
 from actors.close_lookup import ByTenant, closure_facts
 from actors.effects import Effect, Note, Send
 from actors.scheduler_settings import SchedulerSettings
-from chain.errors import (
-    BILLING,
-    CREDIT_ACCOUNT_NOT_FOUND,
-    INTERNAL_CORRUPTION,
-    INVALID_CREDIT_OPERATION,
-    INVALID_LEASE,
-    RESERVATION_INVARIANT,
-    UNAUTHORIZED,
-    is_lease_gone,
-)
+from chain.errors import is_lease_gone, is_one_lease_refusal
 from chain.model import MAX_BATCH_LEASE_SIZE
 from messages.chain import ChainFailure, NodeStatus
 from messages.chain_actor import (
@@ -64,15 +55,7 @@ from messages.credit import CloseFailed, CloseRequested, LeasesClosed
 from messages.scheduler import ClosuresFlushed
 from runtime.router import CHAIN_IO, SCHEDULER, tenant_address
 
-__all__ = ["ClosureBuffer", "CloseRound", "plan_batches", "PER_LEASE_REFUSALS", "MAX_SPLITS"]
-
-#: Billing refusals of a batch that one of its leases (or its tenant) can cause alone, so that the
-#: others close once it is sent apart (CHAIN-VERSIONS.md 2.3, 2.6): a sender whose role for one
-#: lease differs from the others' ("inconsistent authorization": the provider's own lease among its
-#: tenants'), a payout the bank blocks, a tenant's missing credit account, its reservations broken, a
-#: lease the chain cannot settle or store (ErrInvalidLease 9: its last settlement after the block time).
-PER_LEASE_REFUSALS = frozenset({UNAUTHORIZED, CREDIT_ACCOUNT_NOT_FOUND, INVALID_LEASE, INVALID_CREDIT_OPERATION,
-                                RESERVATION_INVARIANT, INTERNAL_CORRUPTION})
+__all__ = ["ClosureBuffer", "CloseRound", "plan_batches", "MAX_SPLITS"]
 #: Splits a round makes at most: a bad lease in a batch of 100 is alone after 7 (14 txs more), and a
 #: refusal that every lease meets after all is not sent once per lease, round after round.
 MAX_SPLITS = 32
@@ -277,10 +260,8 @@ class CloseRound:
         a refusal one lease can cause alone, and not more than ``MAX_SPLITS`` times a round."""
         if len(leases) < 2 or error.may_have_committed or error.transient or self.splits >= MAX_SPLITS:
             return False
-        if error.codespace != BILLING or error.code not in PER_LEASE_REFUSALS:
+        if not is_one_lease_refusal(error):
             return False  # a refusal of the whole (a fee, the key): every half would be refused too
-        if error.code == UNAUTHORIZED and "inconsistent" not in error.message:
-            return False  # the key may close none of them, not one lease's role among the others'
         self.splits += 1
         return True
 

@@ -285,9 +285,27 @@ def is_lease_gone(failure: ChainFailure) -> bool:
     return failure.codespace == BILLING and failure.code in (LEASE_NOT_FOUND, LEASE_NOT_ACTIVE)
 
 
+#: Billing refusals of a batch that one of its leases (or its tenant) can cause alone (CHAIN-VERSIONS.md
+#: 2.3, 2.6): a sender whose role for one lease differs from the others' ("inconsistent authorization":
+#: the provider's own lease among its tenants'), a payout the bank blocks, a tenant's missing credit
+#: account, its reservations broken, a lease the chain cannot settle or store (its last settlement after
+#: the block time).
+PER_LEASE_REFUSALS = frozenset({UNAUTHORIZED, CREDIT_ACCOUNT_NOT_FOUND, INVALID_LEASE, INVALID_CREDIT_OPERATION,
+                                RESERVATION_INVARIANT, INTERNAL_CORRUPTION})
+
+
+def is_one_lease_refusal(failure: ChainFailure) -> bool:
+    """The failure is a refusal of a batch that one of its leases may cause alone (``PER_LEASE_REFUSALS``);
+    not one of the whole: a fee, or a key that may close none of them."""
+    if failure.codespace != BILLING or failure.code not in PER_LEASE_REFUSALS:
+        return False
+    return failure.code != UNAUTHORIZED or "inconsistent" in failure.message
+
+
 def is_no_tx_index(failure: ChainFailure) -> bool:
     """The failure says the node keeps no tx index to search."""
     return failure.codespace == TX_INDEX and failure.code == NO_TX_INDEX
 
 
-__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused", "TX_INDEX", "NO_TX_INDEX", "NO_TX_INDEX_HARM", "is_no_tx_index"]
+__all__ += ["failure_from", "BILLING", "SDK", "QueryRefused", "TX_INDEX", "NO_TX_INDEX", "NO_TX_INDEX_HARM",
+            "is_no_tx_index", "PER_LEASE_REFUSALS", "is_one_lease_refusal"]
