@@ -5,7 +5,8 @@ Two sides of one small language (see CHAIN.md, "CometBFT websocket"):
 - the sidecar *builds* its subscriptions (``provider_queries``): every tx
   (``tm.event='Tx'``), and every block's end-of-block events
   (``tm.event='NewBlockEvents'``: a PENDING lease's expiry is never a tx
-  event, CHAIN-VERSIONS.md 3; and each says how many txs its block held). Every tx, because what the sidecar must
+  event, CHAIN-VERSIONS.md 3; and each says how many txs its block held).
+  Every tx, because what the sidecar must
   hear has no common key the AND-only language could select on, and would
   take more than a node's five subscriptions per client one type at a time:
   its own leases' created, acknowledged, closed, cancelled and rejected, and
@@ -13,9 +14,9 @@ Two sides of one small language (see CHAIN.md, "CometBFT websocket"):
   ``provider_withdraw`` with ``auto_closed="true"``, ``lease_closed`` with
   ``closed_by=credit_exhaustion``), the cross-provider trigger, including
   closes sent through authz, which carry no billing ``message.module``. The
-  listener drops the rest (``LeaseEvent.concerns``). The provider UUID is
-  interpolated into the query text, so it is checked to be a UUID first: a
-  value with a quote in it would otherwise rewrite the query.
+  listener drops the rest (``LeaseEvent.concerns``). No query names the
+  provider any more, but its UUID is still checked to be one at the
+  listener's start (a bad one would match none of the events it keeps).
 - the embedded devnet *parses* what clients send (``parse_query``): the
   subset ``key='value'`` conditions joined by ``AND``. Everything else a real
   node would accept (``<``, ``>``, ``EXISTS``, ``CONTAINS``, numbers, dates)

@@ -166,10 +166,7 @@ def start_devnet(config: Any, clock: Clock, model: BillingModel, *, websocket: b
             websocket_url = f"ws://{settings.host}:{port}/websocket"
             from devnet.websocket_server import FailedTx
 
-            socket = ws  # (bound now: the name is reused)
-            node.failed_tx_listeners.append(
-                lambda height, tx_hash, code, codespace, log: socket.publish(FailedTx(height, tx_hash, code, codespace, log))
-            )
+            node.failed_tx_listeners.append(lambda *failed: ws.publish(FailedTx(*failed)))
     except BaseException:
         if ws is not None:
             ws.stop()

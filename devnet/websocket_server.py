@@ -136,7 +136,9 @@ class _EncodedTx:
 
     __slots__ = ("index", "_tx", "_tx_bytes", "_tx_data", "_index_in_block", "_body")
 
-    def __init__(self, tx: TxEvents | BlockEvents | FailedTx, tx_bytes: bytes, index_in_block: int, tx_data: bytes = b"") -> None:
+    def __init__(
+        self, tx: TxEvents | BlockEvents | FailedTx, tx_bytes: bytes, index_in_block: int, tx_data: bytes = b""
+    ) -> None:
         self._tx = tx
         self._tx_bytes = tx_bytes
         self._tx_data = tx_data

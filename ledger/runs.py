@@ -245,7 +245,9 @@ class Periods:
             lock = self.lock(month)
             runs = [_run(r) for r in rows]
             completed = next((r for r in runs if r.status in ("completed", "finalized")), None)
-            held, priced = _held_leases(c, completed.id) if completed is not None and completed.status == "completed" else (0, 0)
+            held = priced = 0
+            if completed is not None and completed.status == "completed":  # (a finalized one is done with)
+                held, priced = _held_leases(c, completed.id)
         failures = 0
         last_failure_at = None
         for r in runs:

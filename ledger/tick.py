@@ -445,11 +445,11 @@ def _step(book: PeriodBook, month: Month, now: datetime, grace: timedelta, optio
         if metered.warning:
             _warn(row, metered.warning)
         row.held = metered.held
-        if decision.then_finalize and metered.held:
-            pass  # not finalized: the month awaits the leases its run held back (``decide``)
-        elif decision.then_finalize and not metered.lock_released:
-            _warn(row, "finalized on the next tick, once the lock is cleared")
-        elif decision.then_finalize:
-            book.finalize(month, now, metered.run_id)
-            row.finalized = True
-            row.status = "finalized"
+        # Finalized at once where asked, but not over a run that held a lease back (``decide``).
+        if decision.then_finalize and not metered.held:
+            if not metered.lock_released:
+                _warn(row, "finalized on the next tick, once the lock is cleared")
+            else:
+                book.finalize(month, now, metered.run_id)
+                row.finalized = True
+                row.status = "finalized"
